@@ -1,0 +1,181 @@
+"""Input events: parsing and validation of the raw bytes producers send.
+
+One parse per event: `parse_event` turns bytes into an `Event` or a `Rejection`
+with a readable reason; nothing here raises on bad input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Context, Decimal, Inexact, InvalidOperation
+from typing import Literal
+
+EventType = Literal["A", "B"]
+Number = int | Decimal
+
+EVENT_TYPES: tuple[EventType, ...] = ("A", "B")
+MAX_ID_LENGTH = 256
+# Bounds that keep every sum exact under _EXACT (and formatting cheap): a JSON
+# number like 1e999999999 is valid but would otherwise cost gigabytes to print.
+MAX_DIGITS = 100
+MAX_EXPONENT = 300
+_EXACT = Context(prec=2 * (MAX_DIGITS + 2 * MAX_EXPONENT), traps=[Inexact, InvalidOperation])
+
+# The seed's "YYYY-MM-DD HH:MM:SS" and ISO-8601 with T, fractions, Z or an offset.
+# A time part is required: a bare date is not an event time.
+_TIMESTAMP = re.compile(
+    r"^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?$"
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A valid input event, normalised."""
+
+    type: EventType
+    key: str  # the pairing key: the timestamp as ISO-8601 UTC
+    time_us: int  # the same instant in microseconds since the epoch
+    value: Number
+    id: str | None  # the producer's id, when it gave one
+    identity: str  # `id` when present, else a fingerprint of (type, key, value)
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why an input could not become an event."""
+
+    reason: str
+
+
+class _BadConstant(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> None:
+    raise _BadConstant(f"value {name} is not a finite number")
+
+
+def parse_event(raw: bytes | None, max_bytes: int) -> Event | Rejection:
+    """Parse and validate one input record's value."""
+    if raw is None:
+        return Rejection("empty record (null value)")
+    if len(raw) == 0:
+        return Rejection("empty record")
+    if len(raw) > max_bytes:
+        return Rejection(f"oversize record: {len(raw)} bytes > {max_bytes}")
+    try:
+        doc = json.loads(raw, parse_float=Decimal, parse_constant=_reject_constant)
+    except _BadConstant as exc:
+        return Rejection(str(exc))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return Rejection(f"malformed JSON: {exc}")
+    if not isinstance(doc, dict):
+        return Rejection(f"not a JSON object but {type(doc).__name__}")
+
+    event_type = doc.get("type")
+    if event_type not in EVENT_TYPES:
+        if "type" not in doc:
+            return Rejection("missing field 'type'")
+        return Rejection(f"unknown type {event_type!r}: expected 'A' or 'B'")
+
+    if "timestamp" not in doc:
+        return Rejection("missing field 'timestamp'")
+    parsed_time = parse_timestamp(doc["timestamp"])
+    if isinstance(parsed_time, Rejection):
+        return parsed_time
+    key, time_us = parsed_time
+
+    if "value" not in doc:
+        return Rejection("missing field 'value'")
+    value = doc["value"]
+    # bool is an int subclass in Python but not a number in JSON.
+    if isinstance(value, bool) or not isinstance(value, (int, Decimal)):
+        return Rejection(f"field 'value' is not a number: {value!r}")
+    if isinstance(value, Decimal) and not value.is_finite():
+        return Rejection(f"field 'value' is not finite: {value}")
+    if not _in_range(value):
+        return Rejection(
+            f"field 'value' is out of range: more than {MAX_DIGITS} digits"
+            f" or a magnitude beyond 1e{MAX_EXPONENT}"
+        )
+
+    event_id = doc.get("id")
+    if event_id is not None:
+        if isinstance(event_id, bool) or not isinstance(event_id, (str, int)):
+            return Rejection(f"field 'id' must be a string or an integer: {event_id!r}")
+        event_id = str(event_id)
+        if not event_id or len(event_id) > MAX_ID_LENGTH:
+            return Rejection(f"field 'id' must have 1 to {MAX_ID_LENGTH} characters")
+
+    identity = event_id if event_id is not None else fingerprint(event_type, key, value)
+    return Event(event_type, key, time_us, value, event_id, identity)
+
+
+def _in_range(value: Number) -> bool:
+    if isinstance(value, int):
+        return len(str(abs(value))) <= MAX_DIGITS
+    return len(value.as_tuple().digits) <= MAX_DIGITS and abs(value.adjusted()) <= MAX_EXPONENT
+
+
+def parse_timestamp(text: object) -> tuple[str, int] | Rejection:
+    """Return (ISO-8601 UTC key, microseconds since epoch); naive means UTC."""
+    if not isinstance(text, str):
+        return Rejection(f"field 'timestamp' is not a string: {text!r}")
+    match = _TIMESTAMP.match(text)
+    if match is None:
+        return Rejection(f"unparseable timestamp {text!r}")
+    date, clock, fraction, zone = match.groups()
+    micros = (fraction or "").ljust(6, "0")[:6]
+    if zone == "Z" or zone is None:
+        zone = "+00:00"
+    try:
+        moment = datetime.fromisoformat(f"{date}T{clock}.{micros}{zone}").astimezone(UTC)
+    except (ValueError, OverflowError) as exc:
+        return Rejection(f"unparseable timestamp {text!r}: {exc}")
+    delta = moment - _EPOCH
+    time_us = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return format_time(moment), time_us
+
+
+def format_time(moment: datetime) -> str:
+    """ISO-8601 UTC with a Z, fractions only when there are some."""
+    spec = "%Y-%m-%dT%H:%M:%S.%fZ" if moment.microsecond else "%Y-%m-%dT%H:%M:%SZ"
+    return moment.astimezone(UTC).strftime(spec)
+
+
+def canonical_number(value: Number) -> str:
+    """One spelling per numeric value: 1, 1.0 and 1.00 are the same value."""
+    if isinstance(value, int):
+        return str(value)
+    if value == 0:
+        return "0"
+    return format(value.normalize(), "f")
+
+
+def fingerprint(event_type: str, key: str, value: Number) -> str:
+    text = f"{event_type}|{key}|{canonical_number(value)}"
+    return "fp:" + hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+def parse_number(text: str) -> Number:
+    """Read back a number written by `str()` on an int or a Decimal."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return Decimal(text)
+    except InvalidOperation as exc:
+        raise ValueError(f"not a number: {text!r}") from exc
+
+
+def add_exact(a: Number, b: Number) -> Number:
+    """Integers give an integer; decimals give the exact decimal."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    return _EXACT.add(Decimal(a), Decimal(b))

@@ -1,0 +1,175 @@
+"""Wire formats: the keyed (repartitioned) event, the stored key state, and
+the output records on `pairs`, `unpaired` and the dead-letter topic.
+
+Numbers travel as JSON numbers spelled exactly as their int or Decimal value,
+so a sum of decimals is never rounded through a float.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from pairing.events import Event, parse_number
+from pairing.rules import Conflict, KeyState, Paired, PendingEvent, Unpaired
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where an input record came from."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+def dumps(record: Mapping[str, Any]) -> bytes:
+    """Compact JSON in which a Decimal is written as the exact JSON number it is."""
+    return _encode(record).encode()
+
+
+def _encode(value: Any) -> str:
+    if isinstance(value, str):
+        return json.dumps(value)
+    if value is None or isinstance(value, (bool, int, float)):
+        return json.dumps(value)
+    if isinstance(value, Decimal):
+        return str(value)  # finite by validation; "1E+2" is a valid JSON number
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{json.dumps(k)}:{_encode(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_encode(v) for v in value) + "]"
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+def loads(data: bytes) -> Any:
+    return json.loads(data, parse_float=Decimal)
+
+
+# --- the keyed event on the repartition topic ---------------------------------
+
+
+def encode_keyed_event(event: Event, raw: bytes, source: Source) -> bytes:
+    return dumps(
+        {
+            "type": event.type,
+            "key": event.key,
+            "time_us": event.time_us,
+            "value": event.value,
+            "id": event.id,
+            "identity": event.identity,
+            "raw": raw.decode(),
+            "source": [source.topic, source.partition, source.offset],
+        }
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedEvent:
+    event: Event
+    raw: str
+    source: Source
+
+
+def decode_keyed_event(data: bytes) -> KeyedEvent:
+    doc = loads(data)
+    event = Event(doc["type"], doc["key"], doc["time_us"], doc["value"], doc["id"], doc["identity"])
+    return KeyedEvent(event, doc["raw"], Source(*doc["source"]))
+
+
+TICK = b'{"tick":true}'
+"""A wall-clock tick on the repartition topic: lets a quiet partition expire
+events that waited longer than max_wait, inside the partition's transaction."""
+
+
+# --- key state in the table ---------------------------------------------------
+
+
+def encode_state(state: KeyState) -> bytes:
+    pending = state.pending
+    return dumps(
+        {
+            "t": state.time_us,
+            "seen": state.seen,
+            "pending": None
+            if pending is None
+            else [pending.type, str(pending.value), pending.identity, pending.waiting_since],
+            "paired": state.paired,
+            "settled_at": state.settled_at_us,
+        }
+    )
+
+
+def decode_state(data: bytes) -> KeyState:
+    doc = json.loads(data)
+    pending = doc["pending"]
+    return KeyState(
+        time_us=doc["t"],
+        seen=tuple(doc["seen"]),
+        pending=None
+        if pending is None
+        else PendingEvent(pending[0], parse_number(pending[1]), pending[2], pending[3]),
+        paired=doc["paired"],
+        settled_at_us=doc["settled_at"],
+    )
+
+
+# --- output records -----------------------------------------------------------
+
+
+def pair_record(paired: Paired, paired_at: str) -> bytes:
+    return dumps(
+        {
+            "timestamp": paired.key,
+            "a_value": paired.a.value,
+            "b_value": paired.b.value,
+            "sum": paired.sum,
+            "a_id": paired.a.identity,
+            "b_id": paired.b.identity,
+            "paired_at": paired_at,
+        }
+    )
+
+
+def unpaired_record(unpaired: Unpaired) -> bytes:
+    event = unpaired.event
+    return dumps(
+        {
+            "timestamp": unpaired.key,
+            "type": event.type,
+            "value": event.value,
+            "id": event.identity,
+            "reason": unpaired.reason,
+        }
+    )
+
+
+def dead_letter_record(
+    reason: str, raw: bytes | None, source: Source, identity: str | None = None
+) -> bytes:
+    """The original bytes (base64 where not UTF-8), where they came from, and why."""
+    record: dict[str, Any] = {
+        "reason": reason,
+        "source_topic": source.topic,
+        "source_partition": source.partition,
+        "source_offset": source.offset,
+        "id": identity,
+    }
+    if raw is None:
+        record["value"] = None
+    else:
+        try:
+            record["value"] = raw.decode()
+        except UnicodeDecodeError:
+            record["value_base64"] = base64.b64encode(raw).decode()
+    return dumps(record)
+
+
+def conflict_record(conflict: Conflict, keyed: KeyedEvent) -> bytes:
+    return dead_letter_record(
+        f"conflict: {conflict.detail}", keyed.raw.encode(), keyed.source, conflict.event.identity
+    )

@@ -1,0 +1,106 @@
+from decimal import Decimal
+
+import pytest
+
+from pairing.events import Event, Rejection, add_exact, fingerprint, parse_event
+
+MAX = 4096
+
+
+def parse(raw: bytes | None) -> Event | Rejection:
+    return parse_event(raw, MAX)
+
+
+def ok(raw: bytes) -> Event:
+    result = parse(raw)
+    assert isinstance(result, Event), result
+    return result
+
+
+def rejected(raw: bytes | None) -> str:
+    result = parse(raw)
+    assert isinstance(result, Rejection), result
+    return result.reason
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("2024-02-09 21:00:00", "2024-02-09T21:00:00Z"),
+        ("2024-02-09T21:00:00", "2024-02-09T21:00:00Z"),
+        ("2024-02-09T21:00:00Z", "2024-02-09T21:00:00Z"),
+        ("2024-02-09T22:00:00+01:00", "2024-02-09T21:00:00Z"),
+        ("2024-02-09T16:30:00-0430", "2024-02-09T21:00:00Z"),
+        ("2024-02-09T21:00:00.5Z", "2024-02-09T21:00:00.500000Z"),
+        ("2024-02-09T21:00:00.123456789Z", "2024-02-09T21:00:00.123456Z"),
+        ("2024-02-09T21:00:00.000Z", "2024-02-09T21:00:00Z"),
+    ],
+)
+def test_timestamps_normalise_to_one_utc_key(text: str, key: str) -> None:
+    event = ok(b'{"type":"A","timestamp":"%s","value":1}' % text.encode())
+    assert event.key == key
+
+
+def test_time_us_counts_from_epoch() -> None:
+    assert ok(b'{"type":"B","timestamp":"1970-01-01 00:00:01.25","value":1}').time_us == 1_250_000
+
+
+def test_integers_stay_integers_and_decimals_stay_exact() -> None:
+    a = ok(b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":0.1}')
+    b = ok(b'{"type":"B","timestamp":"2024-02-09 21:00:00","value":0.2}')
+    assert add_exact(a.value, b.value) == Decimal("0.3")
+    assert str(add_exact(a.value, b.value)) == "0.3"
+    assert add_exact(2, 3) == 5 and isinstance(add_exact(2, 3), int)
+    big = Decimal("12345678901234567890.123456789012345678901234567890")
+    assert add_exact(big, big) == Decimal("24691357802469135780.246913578024691357802469135780")
+
+
+def test_identity_is_id_when_given_else_fingerprint() -> None:
+    with_id = ok(b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":1,"id":"x-1"}')
+    assert with_id.identity == "x-1"
+    numeric_id = ok(b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":1,"id":7}')
+    assert numeric_id.identity == "7"
+    plain = ok(b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":1.0}')
+    same = ok(b'{"value":1,"timestamp":"2024-02-09T21:00:00Z","type":"A"}')
+    assert plain.identity == same.identity == fingerprint("A", plain.key, 1)
+    other_type = ok(b'{"type":"B","timestamp":"2024-02-09 21:00:00","value":1}')
+    assert other_type.identity != plain.identity
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (None, "null value"),
+        (b"", "empty record"),
+        (b"{not json", "malformed JSON"),
+        (b"\xff\xfe", "malformed JSON"),
+        (b"[1,2]", "not a JSON object"),
+        (b'"A"', "not a JSON object"),
+        (b"null", "not a JSON object"),
+        (b'{"timestamp":"2024-02-09 21:00:00","value":1}', "missing field 'type'"),
+        (b'{"type":"C","timestamp":"2024-02-09 21:00:00","value":1}', "unknown type 'C'"),
+        (b'{"type":"a","timestamp":"2024-02-09 21:00:00","value":1}', "unknown type 'a'"),
+        (b'{"type":"A","value":1}', "missing field 'timestamp'"),
+        (b'{"type":"A","timestamp":12,"value":1}', "not a string"),
+        (b'{"type":"A","timestamp":"yesterday","value":1}', "unparseable timestamp"),
+        (b'{"type":"A","timestamp":"2024-02-30 21:00:00","value":1}', "unparseable timestamp"),
+        (b'{"type":"A","timestamp":"2024-02-09","value":1}', "unparseable timestamp"),
+        (b'{"type":"A","timestamp":"2024-02-09 21:00:00"}', "missing field 'value'"),
+        (b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":"1"}', "not a number"),
+        (b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":true}', "not a number"),
+        (b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":null}', "not a number"),
+        (b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":NaN}', "not a finite number"),
+        (b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":Infinity}', "not a finite"),
+        (b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":-Infinity}', "not a finite"),
+        (b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":1e999999}', "out of range"),
+        (b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":1,"id":[1]}', "'id' must be"),
+        (b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":1,"id":""}', "'id' must have"),
+    ],
+)
+def test_invalid_records_are_rejected_with_a_reason(raw: bytes | None, reason: str) -> None:
+    assert reason in rejected(raw)
+
+
+def test_oversize_records_are_rejected_before_parsing() -> None:
+    raw = b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":1,"pad":"' + b"x" * MAX + b'"}'
+    assert "oversize" in rejected(raw)
