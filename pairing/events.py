@@ -69,10 +69,14 @@ def parse_event(raw: bytes | None, max_bytes: int) -> Event | Rejection:
     if len(raw) > max_bytes:
         return Rejection(f"oversize record: {len(raw)} bytes > {max_bytes}")
     try:
-        doc = json.loads(raw, parse_float=Decimal, parse_constant=_reject_constant)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return Rejection("malformed JSON: not UTF-8")
+    try:
+        doc = json.loads(text, parse_float=Decimal, parse_constant=_reject_constant)
     except _BadConstant as exc:
         return Rejection(str(exc))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:
         return Rejection(f"malformed JSON: {exc}")
     if not isinstance(doc, dict):
         return Rejection(f"not a JSON object but {type(doc).__name__}")

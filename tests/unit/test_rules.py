@@ -58,7 +58,9 @@ def test_b_then_a_pairs_out_of_order_within_expiry() -> None:
 def test_redelivered_event_is_a_duplicate_while_pending_and_after_pairing() -> None:
     pairing, _ = engine()
     pairing.process(event("A", 0), NOW)
-    assert pairing.process(event("A", 0), NOW) == [Duplicate(event("A", 0).key, event("A", 0).identity)]
+    assert pairing.process(event("A", 0), NOW) == [
+        Duplicate(event("A", 0).key, event("A", 0).identity)
+    ]
     pairing.process(event("B", 0), NOW)
     assert isinstance(pairing.process(event("B", 0), NOW)[0], Duplicate)
 

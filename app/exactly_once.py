@@ -1,0 +1,101 @@
+"""Exactly-once steps on top of faust-streaming's transactions.
+
+faust-streaming 0.15 opens one transactional producer per source partition and
+commits consumed offsets into it, but (docs/exactly-once.md has the details):
+  * a `topic.send` picks the transaction by the *destination* partition, and a
+    sink topic the app does not consume is sent outside any transaction;
+  * table changelog writes go through a buffer that the commit does not flush;
+  * the periodic commit can run between two sends of one event;
+  * a rebalance throws away acked-but-uncommitted offsets while the
+    transaction holding their outputs stays open.
+So every record an event causes (outputs, re-keyed events, changelog writes)
+is sent here, into the transaction of the event's *source* partition, and the
+event is acked in the same critical section. Commits take the same lock, so a
+transaction always holds every record of an event together with its offset,
+or none of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP, AppT, EventT
+
+# Held by an agent from the first send of an event until its ack, and by every
+# commit from choosing offsets until the transaction is committed.
+_processing = asyncio.Lock()
+
+
+class ExactlyOnceConsumer(faust_aiokafka.Consumer):
+    async def _commit_tps(self, tps: Any, start_new_transaction: bool) -> bool:
+        async with _processing:
+            result: bool = await super()._commit_tps(tps, start_new_transaction)
+            return result
+
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        # Commit what was acked before faust forgets it; otherwise those events
+        # are processed again while their outputs are still in an open transaction.
+        if self.in_transaction and revoked:
+            await self.force_commit(revoked)
+        await super().on_partitions_revoked(revoked)
+
+
+class ExactlyOnceTransport(faust_aiokafka.Transport):
+    Consumer = ExactlyOnceConsumer
+
+
+class DeliveryFailed(RuntimeError):
+    pass
+
+
+class Step:
+    """The records one event causes; sent together with its ack."""
+
+    __slots__ = ("records",)
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, bytes | None, bytes | None, int | None]] = []
+
+    def send(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None
+    ) -> None:
+        self.records.append((topic, key, value, partition))
+
+
+def transactional_id(app: AppT, tp: TP) -> str:
+    """faust's id for the producer whose transaction carries tp's offsets."""
+    return f"{app.conf.id}-{app.assignor.group_for_topic(tp.topic)}-{tp.partition}"
+
+
+@asynccontextmanager
+async def exactly_once(app: AppT, event: EventT[Any]) -> AsyncIterator[Step]:
+    """Collect an event's records; on a clean exit send them into the event's
+    transaction and ack the event, with no commit in between."""
+    step = Step()
+    yield step
+    tp = event.message.tp
+    tid = transactional_id(app, tp)
+    producers = faust_aiokafka.Producer._transaction_producers
+    locks = faust_aiokafka.Producer._trn_locks
+    producer = producers.get(tid)
+    if producer is None:
+        # Sending without the transaction would break exactly-once: stop instead.
+        raise DeliveryFailed(f"no open transaction {tid} for {tp}")
+    async with _processing, locks[tid]:
+        for topic, key, value, partition in step.records:
+            delivery = await producer.send(topic, value, key=key, partition=partition)
+            delivery.add_done_callback(_crash_on_failure(app))
+        event.ack()
+
+
+def _crash_on_failure(app: Any) -> Any:
+    def check(delivery: asyncio.Future[Any]) -> None:
+        if not delivery.cancelled() and delivery.exception() is not None:
+            # The transaction cannot commit; crash so it aborts and replays.
+            app.add_future(app.crash(DeliveryFailed(str(delivery.exception()))))
+
+    return check

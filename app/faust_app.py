@@ -1,0 +1,46 @@
+"""The Faust app: broker, exactly-once processing, RocksDB tables, web server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faust
+
+from app.exactly_once import ExactlyOnceTransport
+from app.settings import settings
+
+
+class PairstreamApp(faust.App):
+    """faust.App with a transport whose commits never split an event (see exactly_once)."""
+
+    def _new_transport(self) -> Any:
+        return ExactlyOnceTransport(self.conf.broker_consumer, self)
+
+
+def create_app() -> PairstreamApp:
+    conf = settings()
+    return PairstreamApp(
+        conf.app_id,
+        broker=conf.broker,
+        processing_guarantee="exactly_once",
+        store="rocksdb://",
+        # Records and table values are bytes our own codecs write and read once.
+        key_serializer="raw",
+        value_serializer="raw",
+        datadir=str(conf.data_dir),
+        topic_partitions=conf.partitions,
+        topic_replication_factor=conf.replication_factor,
+        broker_commit_interval=conf.commit_interval_seconds,
+        # Sends from a second thread would leave the transactions (faust issue 177).
+        producer_threaded=False,
+        # Wait for in-flight events before a rebalance commits.
+        stream_wait_empty=True,
+        web_host=conf.web_host,
+        web_port=conf.web_port,
+        web_in_thread=False,
+        debug=False,
+        autodiscover=False,
+    )
+
+
+app = create_app()

@@ -1,0 +1,75 @@
+"""All configuration, in one place. Every field can be set by an environment
+variable named PAIRSTREAM_<FIELD> (e.g. PAIRSTREAM_EXPIRY_SECONDS=120)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from pairing.rules import MICROS, PairingConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PAIRSTREAM_", frozen=True)
+
+    # Kafka
+    app_id: str = Field(
+        "pairstream", description="Faust app id: consumer group and prefix of internal topics"
+    )
+    broker: str = Field(
+        "kafka://127.0.0.1:9092",
+        description="Kafka bootstrap servers, kafka://host:port[;host:port]",
+    )
+    events_topic: str = "events"
+    events_partitions: int = Field(
+        1, ge=1, description="partitions of the input topic, if we create it"
+    )
+    keyed_topic: str = Field("events-by-timestamp", description="events re-keyed by pairing key")
+    pairs_topic: str = "pairs"
+    unpaired_topic: str = "unpaired"
+    dead_letter_topic: str = "events.dlq"
+    partitions: int = Field(
+        4, ge=1, description="partitions of the keyed topic and of the state changelogs"
+    )
+    replication_factor: int = Field(1, ge=1)
+
+    # Pairing rules
+    expiry_seconds: float = Field(300.0, gt=0, description="stream-time expiry of a pending event")
+    max_wait_seconds: float | None = Field(
+        None, gt=0, description="wall-clock expiry; default = expiry"
+    )
+    dedup_retention_seconds: float = Field(
+        3600.0, gt=0, description="stream time an identity is remembered"
+    )
+    max_event_bytes: int = Field(65536, gt=0)
+    tick_interval_seconds: float = Field(
+        10.0, gt=0, description="how often quiet partitions check max_wait"
+    )
+
+    # Processing
+    commit_interval_seconds: float = Field(0.5, gt=0, description="how often a transaction commits")
+    data_dir: Path = Field(ROOT / ".run" / "worker", description="RocksDB state and worker files")
+    web_port: int = 6066
+    web_host: str = "127.0.0.1"
+
+    @property
+    def pairing(self) -> PairingConfig:
+        return PairingConfig(
+            expiry_us=int(self.expiry_seconds * MICROS),
+            max_wait_s=self.max_wait_seconds or self.expiry_seconds,
+            dedup_retention_us=int(self.dedup_retention_seconds * MICROS),
+        )
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.broker.removeprefix("kafka://").replace(";", ",")
+
+
+@lru_cache(maxsize=1)
+def settings() -> Settings:
+    return Settings()

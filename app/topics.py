@@ -1,0 +1,40 @@
+"""Every topic the pipeline reads or writes. Values are raw bytes: the
+pairing code parses and encodes them itself, once."""
+
+from __future__ import annotations
+
+import faust
+
+from app.faust_app import app
+from app.kafka_admin import ensure_topics
+from app.settings import settings
+
+conf = settings()
+
+
+def _topic(name: str, *, internal: bool = False) -> faust.TopicT:
+    return app.topic(
+        name,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=conf.partitions,
+        replicas=conf.replication_factor,
+        internal=internal,
+    )
+
+
+events = _topic(conf.events_topic)
+keyed_events = _topic(conf.keyed_topic, internal=True)  # events re-keyed by timestamp
+pairs = _topic(conf.pairs_topic)
+unpaired = _topic(conf.unpaired_topic)
+dead_letters = _topic(conf.dead_letter_topic)
+
+SINKS = (pairs, unpaired, dead_letters)
+
+
+@app.task
+async def declare_topics() -> None:
+    # The broker does not auto-create topics; sinks must exist before the first send.
+    await ensure_topics(conf)

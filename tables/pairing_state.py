@@ -1,0 +1,71 @@
+"""The pairing state: one changelog-backed RocksDB table, keyed by pairing key.
+
+Partition p of the table (and of its changelog) holds the keys of partition p
+of the keyed topic, plus one `~stream-time` entry. Writes go to the local
+RocksDB at once and to the changelog inside the event's transaction (the
+`Step`), never through faust's own buffered changelog path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from app.exactly_once import Step
+from app.faust_app import app
+from app.settings import settings
+from pairing.records import decode_state, encode_state
+from pairing.routing import partition_for
+from pairing.rules import KeyState
+
+conf = settings()
+
+table = app.Table(
+    "pairing-state",
+    partitions=conf.partitions,
+    key_type=bytes,
+    value_type=bytes,
+    options={"driver": "rocksdict"},
+)
+
+STREAM_TIME_KEY = b"~stream-time"  # "~" sorts after digits: never a timestamp
+
+
+class PartitionState:
+    """The `KeyStore` of one partition, over the table. Must be used while
+    processing an event of that partition (faust routes by current event)."""
+
+    def __init__(self, partition: int) -> None:
+        self.partition = partition
+        self.step = Step()
+        self._changelog = table.changelog_topic.get_topic_name()
+
+    def get(self, key: str) -> KeyState | None:
+        raw = table.data.get(key.encode())
+        return None if raw is None else decode_state(raw)
+
+    def put(self, key: str, state: KeyState) -> None:
+        self._write(key.encode(), encode_state(state))
+
+    def delete(self, key: str) -> None:
+        encoded = key.encode()
+        del table.data[encoded]
+        self.step.send(self._changelog, encoded, None, self.partition)
+
+    def items(self) -> Iterator[tuple[str, KeyState]]:
+        for raw_key, raw_value in table.data.items():
+            if raw_key == STREAM_TIME_KEY:
+                continue
+            key = raw_key.decode()
+            if partition_for(key, conf.partitions) == self.partition:
+                yield key, decode_state(raw_value)
+
+    def stream_time(self) -> int | None:
+        raw = table.data.get(STREAM_TIME_KEY)
+        return None if raw is None else int(raw)
+
+    def set_stream_time(self, time_us: int) -> None:
+        self._write(STREAM_TIME_KEY, str(time_us).encode())
+
+    def _write(self, key: bytes, value: bytes) -> None:
+        table.data[key] = value
+        self.step.send(self._changelog, key, value, self.partition)

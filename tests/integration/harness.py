@@ -1,0 +1,177 @@
+"""Real processes against the real broker: workers, the generator, the reader."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from app.kafka_admin import ensure_topics
+from app.settings import Settings
+from tests.reference_model import Expected, expected_outputs
+from tools.generate import produce
+from tools.read_outputs import OutputReader, Outputs
+
+ROOT = Path(__file__).resolve().parents[2]
+FAUST = str(Path(sys.executable).with_name("faust"))
+NEVER = "1000000"  # seconds: keeps wall-clock expiry and ticks out of exact comparisons
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Pipeline:
+    """One isolated pipeline: its own app id, topics and data dirs."""
+
+    def __init__(self, bootstrap: str, tmp: Path, **overrides: str) -> None:
+        name = f"it-{uuid.uuid4().hex[:10]}"
+        self.tmp = tmp
+        self.env_vars = {
+            "PAIRSTREAM_APP_ID": name,
+            "PAIRSTREAM_BROKER": f"kafka://{bootstrap}",
+            "PAIRSTREAM_EVENTS_TOPIC": f"{name}-events",
+            "PAIRSTREAM_KEYED_TOPIC": f"{name}-events-by-timestamp",
+            "PAIRSTREAM_PAIRS_TOPIC": f"{name}-pairs",
+            "PAIRSTREAM_UNPAIRED_TOPIC": f"{name}-unpaired",
+            "PAIRSTREAM_DEAD_LETTER_TOPIC": f"{name}-events.dlq",
+            "PAIRSTREAM_PARTITIONS": "4",
+            "PAIRSTREAM_MAX_WAIT_SECONDS": NEVER,
+            "PAIRSTREAM_TICK_INTERVAL_SECONDS": NEVER,
+            **overrides,
+        }
+        fields = {k.removeprefix("PAIRSTREAM_").lower(): v for k, v in self.env_vars.items()}
+        self.conf = Settings(**fields)  # type: ignore[arg-type]
+
+    async def create_topics(self) -> Pipeline:
+        await ensure_topics(self.conf)
+        return self
+
+    def worker(self, index: int = 0) -> Worker:
+        return Worker(self, index)
+
+    async def produce(self, records: list[bytes | None], rate: float = 0) -> None:
+        await produce(records, self.conf.bootstrap_servers, self.conf.events_topic, rate, False)
+
+    def expected(self, records: list[bytes | None]) -> Expected:
+        return expected_outputs(
+            records,
+            self.conf.partitions,
+            expiry_us=int(self.conf.expiry_seconds * 1_000_000),
+            retention_us=int(self.conf.dedup_retention_seconds * 1_000_000),
+            max_bytes=self.conf.max_event_bytes,
+        )
+
+
+class Worker:
+    """`faust -A app worker` in its own process."""
+
+    def __init__(self, pipeline: Pipeline, index: int) -> None:
+        self.pipeline = pipeline
+        self.data_dir = pipeline.tmp / f"worker-{index}"
+        self.log_path = pipeline.tmp / f"worker-{index}.log"
+        self.web_port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log_offset = 0
+
+    def start(self) -> Worker:
+        env = {
+            **os.environ,
+            **self.pipeline.env_vars,
+            "PAIRSTREAM_DATA_DIR": str(self.data_dir),
+            "PAIRSTREAM_WEB_PORT": str(self.web_port),
+        }
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [FAUST, "-A", "app", "worker", "-l", "info"],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        return self
+
+    def log(self) -> str:
+        with self.log_path.open("rb") as log:
+            log.seek(self._log_offset)
+            return log.read().decode(errors="replace")
+
+    async def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while "Worker]: Ready" not in self.log():
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"worker exited:\n{self.log()[-4000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"worker not ready after {timeout}s:\n{self.log()[-4000:]}")
+            await asyncio.sleep(0.2)  # polling the log for the ready line
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def stop(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def _signal(self, sig: int) -> None:
+        assert self.process is not None
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, sig)
+        self.process.wait(timeout=120)
+
+
+async def wait_for_outputs(reader: OutputReader, total: int, timeout: float) -> Outputs:
+    """Read until at least `total` output records are committed."""
+    deadline = time.monotonic() + timeout
+    while reader.total < total:
+        if time.monotonic() > deadline:
+            break
+        await reader.read_available()
+    return reader.outputs
+
+
+def compare(outputs: Outputs, expected: Expected) -> dict[str, Any]:
+    """Differences between the outputs and the model; empty when they agree."""
+    pairs = Counter((p["timestamp"], p["a_id"], p["b_id"], str(p["sum"])) for p in outputs.pairs)
+    unpaired = Counter((u["timestamp"], u["type"], u["id"], u["reason"]) for u in outputs.unpaired)
+    conflicts = Counter(d["id"] for d in outputs.dead_letters if d["reason"].startswith("conflict"))
+    invalid = sorted(
+        d["source_offset"] for d in outputs.dead_letters if not d["reason"].startswith("conflict")
+    )
+    problems: dict[str, Any] = {}
+    for name, got, want in [
+        ("pairs", pairs, expected.pairs),
+        ("unpaired", unpaired, expected.unpaired),
+        ("conflicts", conflicts, expected.conflicts),
+    ]:
+        if got != want:
+            problems[name] = {
+                "extra": list((got - want).items())[:5],
+                "missing": list((want - got).items())[:5],
+                "got": sum(got.values()),
+                "want": sum(want.values()),
+            }
+    if invalid != expected.invalid:
+        problems["invalid"] = {"got": len(invalid), "want": len(expected.invalid)}
+    return problems
+
+
+def expected_total(expected: Expected) -> int:
+    return (
+        sum(expected.pairs.values())
+        + sum(expected.unpaired.values())
+        + sum(expected.conflicts.values())
+        + len(expected.invalid)
+    )

@@ -1,0 +1,267 @@
+"""A local Apache Kafka broker (KRaft) from jars that Maven resolves.
+
+    python -m tools.broker start [--nodes 3]   resolve jars once, format, start, wait until healthy
+    python -m tools.broker status              exit 0 when every node answers
+    python -m tools.broker stop [--kill]       SIGTERM (or SIGKILL) every node
+    python -m tools.broker clean               stop and delete all broker data
+
+Node i listens on 127.0.0.1:(port + 2(i-1)), its controller on the next port.
+Data, logs and pid files live in .run/kafka/ (git-ignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+POM = ROOT / "kafka" / "pom.xml"
+LOG_CONFIG = ROOT / "kafka" / "log4j2.properties"
+JARS = ROOT / ".cache" / "kafka" / "libs"
+RUN = ROOT / ".run" / "kafka"
+HEAP = os.environ.get("PAIRSTREAM_BROKER_HEAP", "512m")
+
+
+@dataclass(frozen=True)
+class Node:
+    node_id: int
+    port: int
+
+    @property
+    def controller_port(self) -> int:
+        return self.port + 1
+
+    @property
+    def home(self) -> Path:
+        return RUN / f"node-{self.node_id}"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.home / "pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.home / "broker.log"
+
+
+def cluster(nodes: int, port: int) -> list[Node]:
+    return [Node(i, port + 2 * (i - 1)) for i in range(1, nodes + 1)]
+
+
+def bootstrap_servers(nodes: list[Node]) -> str:
+    return ",".join(f"127.0.0.1:{n.port}" for n in nodes)
+
+
+def resolve_jars() -> None:
+    """Copy the broker's jars from Maven Central (through ~/.m2) once."""
+    marker = JARS / ".complete"
+    if marker.exists() and marker.read_text() == POM.read_text():
+        return
+    print(f"resolving Kafka jars with Maven into {JARS} ...", flush=True)
+    shutil.rmtree(JARS, ignore_errors=True)
+    subprocess.run(
+        [
+            "mvn",
+            "-q",
+            "-B",
+            "-f",
+            str(POM),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={JARS}",
+        ],
+        check=True,
+    )
+    marker.write_text(POM.read_text())
+
+
+def properties(node: Node, nodes: list[Node]) -> str:
+    voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
+    replicas = len(nodes)
+    min_isr = min(2, replicas)
+    return f"""\
+process.roles=broker,controller
+node.id={node.node_id}
+controller.quorum.voters={voters}
+listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs={node.home / "data"}
+num.partitions=1
+default.replication.factor={replicas}
+min.insync.replicas={min_isr}
+offsets.topic.replication.factor={replicas}
+offsets.topic.num.partitions=8
+transaction.state.log.replication.factor={replicas}
+transaction.state.log.min.isr={min_isr}
+transaction.state.log.num.partitions=8
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+"""
+
+
+def java(main: str, *args: str) -> list[str]:
+    return [
+        "java", f"-Xmx{HEAP}", "-Xms128m", "-XX:+UseSerialGC",
+        f"-Dlog4j2.configurationFile={LOG_CONFIG}",
+        "-cp", f"{JARS}/*", main, *args,
+    ]  # fmt: skip
+
+
+def alive(node: Node) -> int | None:
+    try:
+        pid = int(node.pid_file.read_text())
+        os.kill(pid, 0)
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return None
+    return pid
+
+
+def start(nodes: list[Node], timeout: float) -> None:
+    resolve_jars()
+    cluster_id_file = RUN / "cluster-id"
+    RUN.mkdir(parents=True, exist_ok=True)
+    if not cluster_id_file.exists():
+        cluster_id_file.write_text(_cluster_id())
+    cluster_id = cluster_id_file.read_text().strip()
+    for node in nodes:
+        if alive(node):
+            continue
+        node.home.mkdir(parents=True, exist_ok=True)
+        config = node.home / "server.properties"
+        config.write_text(properties(node, nodes))
+        if not (node.home / "data" / "meta.properties").exists():
+            subprocess.run(
+                java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)),
+                check=True, stdout=subprocess.DEVNULL,
+            )  # fmt: skip
+        with node.log_file.open("ab") as log:
+            process = subprocess.Popen(
+                java("kafka.Kafka", str(config)),
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )  # fmt: skip
+        node.pid_file.write_text(str(process.pid))
+    wait_healthy(nodes, timeout)
+    print(f"broker ready at {bootstrap_servers(nodes)}", flush=True)
+
+
+def _cluster_id() -> str:
+    # A Kafka cluster id is a 16-byte UUID in URL-safe base64 without padding.
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def wait_healthy(nodes: list[Node], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        dead = [n for n in nodes if alive(n) is None]
+        if dead:
+            tail = dead[0].log_file.read_text(errors="replace")[-3000:]
+            raise SystemExit(f"broker node {dead[0].node_id} exited:\n{tail}")
+        if asyncio.run(_cluster_answers(nodes)):
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(
+                f"broker not healthy after {timeout:.0f}s; see {RUN}/node-*/broker.log"
+            )
+        time.sleep(0.5)
+
+
+async def _cluster_answers(nodes: list[Node]) -> bool:
+    """True when every node has registered with the controller."""
+    if not all(_port_open(n.port) for n in nodes):
+        return False
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers(nodes), request_timeout_ms=3000)
+    try:
+        await admin.start()
+        description = await admin.describe_cluster()
+        return len(description["brokers"]) == len(nodes)
+    except Exception:
+        return False
+    finally:
+        await admin.close()
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def stop(nodes: list[Node], hard: bool, timeout: float = 30.0) -> None:
+    for node in nodes:
+        pid = alive(node)
+        if pid is None:
+            continue
+        os.kill(pid, signal.SIGKILL if hard else signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while alive(node) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if alive(node):
+            os.kill(pid, signal.SIGKILL)
+        node.pid_file.unlink(missing_ok=True)
+
+
+def all_nodes() -> list[Node]:
+    """Every node that has a home under .run/kafka, whatever the cluster size."""
+    found = []
+    for home in sorted(RUN.glob("node-*")):
+        config = home / "server.properties"
+        if config.exists():
+            port = next(
+                int(line.rsplit(":", 1)[1])
+                for line in config.read_text().splitlines()
+                if line.startswith("advertised.listeners=")
+            )
+            found.append(Node(int(home.name.split("-")[1]), port))
+    return found
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.broker",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("command", choices=["start", "stop", "status", "clean", "resolve"])
+    parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument(
+        "--port", type=int, default=int(os.environ.get("PAIRSTREAM_BROKER_PORT", 9092))
+    )
+    parser.add_argument("--kill", action="store_true", help="stop with SIGKILL")
+    parser.add_argument("--timeout", type=float, default=90.0)
+    args = parser.parse_args(argv)
+    nodes = cluster(args.nodes, args.port)
+    if args.command == "resolve":
+        resolve_jars()
+    elif args.command == "start":
+        start(nodes, args.timeout)
+    elif args.command == "stop":
+        stop(all_nodes(), args.kill)
+    elif args.command == "status":
+        running = all_nodes()
+        healthy = bool(running) and asyncio.run(_cluster_answers(running))
+        print(f"{'healthy' if healthy else 'down'}: {bootstrap_servers(running) or 'no nodes'}")
+        sys.exit(0 if healthy else 1)
+    elif args.command == "clean":
+        stop(all_nodes(), hard=True)
+        shutil.rmtree(RUN, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
