@@ -31,6 +31,8 @@ def create_app() -> PairstreamApp:
         topic_partitions=conf.partitions,
         topic_replication_factor=conf.replication_factor,
         broker_commit_interval=conf.commit_interval_seconds,
+        broker_session_timeout=conf.session_timeout_seconds,
+        broker_heartbeat_interval=conf.session_timeout_seconds / 4,
         # Sends from a second thread would leave the transactions (faust issue 177).
         producer_threaded=False,
         # Wait for in-flight events before a rebalance commits.

@@ -53,6 +53,9 @@ class Settings(BaseSettings):
 
     # Processing
     commit_interval_seconds: float = Field(0.5, gt=0, description="how often a transaction commits")
+    session_timeout_seconds: float = Field(
+        10.0, gt=0, description="how soon the group notices a dead worker and rebalances"
+    )
     data_dir: Path = Field(ROOT / ".run" / "worker", description="RocksDB state and worker files")
     web_port: int = 6066
     web_host: str = "127.0.0.1"
