@@ -1,0 +1,41 @@
+# pairstream: the two commands that matter are `make demo` and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-fast setup broker stop clean generate lint
+
+demo: setup            ## run the main job: broker, worker, generated stream, summary
+	$(PY) -m tools.demo
+
+test: setup            ## run every test (starts a broker if none is running)
+	$(PY) -m pytest
+
+test-fast: setup       ## unit tests only: no broker
+	$(PY) -m pytest tests/unit
+
+setup: $(STAMP)        ## create .venv, install pinned dependencies, resolve Kafka jars
+	$(PY) -m tools.broker resolve
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+broker: setup          ## start the local broker on 127.0.0.1:9092
+	$(PY) -m tools.broker start
+
+generate: setup        ## produce a stream: make generate ARGS="--count 5000 --rate 1000"
+	$(PY) -m tools.generate $(ARGS)
+
+stop:                  ## stop the local broker
+	-$(PY) -m tools.broker stop
+
+clean: stop            ## stop and delete all local broker and worker data
+	-$(PY) -m tools.broker clean
+	rm -rf .run
+
+lint: setup
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy

@@ -1,0 +1,73 @@
+import base64
+import json
+from decimal import Decimal
+
+from pairing.events import Event, parse_event
+from pairing.records import (
+    Source,
+    dead_letter_record,
+    decode_keyed_event,
+    decode_state,
+    dumps,
+    encode_keyed_event,
+    encode_state,
+    loads,
+    pair_record,
+)
+from pairing.rules import KeyState, Paired, PendingEvent
+
+SOURCE = Source("events", 0, 42)
+
+
+def test_decimals_are_written_as_exact_json_numbers() -> None:
+    text = dumps({"sum": Decimal("0.1") + Decimal("0.2"), "big": Decimal("1E+2"), "n": 3})
+    assert text == b'{"sum":0.3,"big":1E+2,"n":3}'
+    assert json.loads(text, parse_float=Decimal)["sum"] == Decimal("0.3")
+
+
+def test_keyed_event_round_trips() -> None:
+    raw = b'{"type":"B","timestamp":"2024-02-09T21:00:00.25+01:00","value":12.50,"id":"b1"}'
+    event = parse_event(raw, 4096)
+    assert isinstance(event, Event)
+    keyed = decode_keyed_event(encode_keyed_event(event, raw, SOURCE))
+    assert keyed.event == event
+    assert keyed.raw == raw.decode()
+    assert keyed.source == SOURCE
+
+
+def test_state_round_trips_with_exact_values() -> None:
+    state = KeyState(
+        time_us=7,
+        seen=("a", "fp:1"),
+        pending=PendingEvent("A", Decimal("1.10"), "a", 123.5),
+        settled_at_us=None,
+    )
+    assert decode_state(encode_state(state)) == state
+    settled = KeyState(time_us=7, seen=("a", "b"), paired=True, settled_at_us=99)
+    assert decode_state(encode_state(settled)) == settled
+
+
+def test_pair_record_has_exact_sum_and_both_identities() -> None:
+    paired = Paired(
+        "2024-02-09T21:00:00Z",
+        PendingEvent("A", Decimal("0.1"), "a1", 0.0),
+        PendingEvent("B", Decimal("0.2"), "fp:x", 0.0),
+    )
+    record = loads(pair_record(paired, "2026-01-01T00:00:00Z"))
+    assert record == {
+        "timestamp": "2024-02-09T21:00:00Z",
+        "a_value": Decimal("0.1"),
+        "b_value": Decimal("0.2"),
+        "sum": Decimal("0.3"),
+        "a_id": "a1",
+        "b_id": "fp:x",
+        "paired_at": "2026-01-01T00:00:00Z",
+    }
+
+
+def test_dead_letter_keeps_original_bytes_and_source() -> None:
+    text = loads(dead_letter_record("malformed JSON", b"{oops", SOURCE))
+    assert text["value"] == "{oops" and text["source_offset"] == 42
+    binary = loads(dead_letter_record("malformed JSON: not UTF-8", b"\xff\x00", SOURCE))
+    assert base64.b64decode(binary["value_base64"]) == b"\xff\x00"
+    assert loads(dead_letter_record("empty record (null value)", None, SOURCE))["value"] is None

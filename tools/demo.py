@@ -1,0 +1,133 @@
+"""The main job, end to end: a local broker, a worker, a generated stream.
+
+    python -m tools.demo [--count 20000] [--rate 4000] [--seed 1]
+
+Each run uses fresh topics (prefixed with a run id) so runs never mix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from app.kafka_admin import ensure_topics
+from app.settings import Settings
+from tools import broker
+from tools.generate import StreamShape, generate, produce
+from tools.read_outputs import OutputReader, Outputs
+
+ROOT = Path(__file__).resolve().parent.parent
+FAUST = str(Path(sys.executable).with_name("faust"))
+
+
+def run_settings(run_id: str) -> dict[str, str]:
+    return {
+        "PAIRSTREAM_APP_ID": f"pairstream-{run_id}",
+        "PAIRSTREAM_EVENTS_TOPIC": f"{run_id}.events",
+        "PAIRSTREAM_KEYED_TOPIC": f"{run_id}.events-by-timestamp",
+        "PAIRSTREAM_PAIRS_TOPIC": f"{run_id}.pairs",
+        "PAIRSTREAM_UNPAIRED_TOPIC": f"{run_id}.unpaired",
+        "PAIRSTREAM_DEAD_LETTER_TOPIC": f"{run_id}.events.dlq",
+        "PAIRSTREAM_DATA_DIR": str(ROOT / ".run" / run_id),
+    }
+
+
+async def input_committed(conf: Settings) -> bool:
+    """True when the worker has committed its position at the end of the input."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=conf.bootstrap_servers, group_id=conf.app_id, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        partitions = [
+            TopicPartition(conf.events_topic, p)
+            for p in consumer.partitions_for_topic(conf.events_topic) or ()
+        ]
+        ends = await consumer.end_offsets(partitions)
+        for tp in partitions:
+            if (await consumer.committed(tp) or 0) < ends[tp]:
+                return False
+        return True
+    finally:
+        await consumer.stop()
+
+
+async def settle(conf: Settings, reader: OutputReader, quiet_s: float = 3.0) -> Outputs:
+    """Wait until the input is consumed and no output arrived for `quiet_s`."""
+    last_total, last_change = -1, time.monotonic()
+    while True:
+        await reader.read_available()
+        if reader.total != last_total:
+            last_total, last_change = reader.total, time.monotonic()
+        elif time.monotonic() - last_change > quiet_s and await input_committed(conf):
+            return reader.outputs
+
+
+async def run(args: argparse.Namespace) -> None:
+    run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    env = run_settings(run_id)
+    os.environ.update(env)
+    conf = Settings()
+    await ensure_topics(conf)
+    log_path = ROOT / ".run" / f"{run_id}-worker.log"
+    print(f"run {run_id}: worker log {log_path}")
+    with log_path.open("ab") as log:
+        worker = subprocess.Popen(
+            [FAUST, "-A", "app", "worker", "-l", "info"],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        await wait_ready(log_path, worker)
+        records = generate(StreamShape(count=args.count, seed=args.seed))
+        await produce(records, conf.bootstrap_servers, conf.events_topic, args.rate, True)
+        print("waiting for the worker to settle ...", flush=True)
+        async with OutputReader(conf) as reader:
+            outputs = await settle(conf, reader)
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=60)
+    report(len(records), outputs)
+
+
+async def wait_ready(log_path: Path, worker: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while b"Worker]: Ready" not in log_path.read_bytes():
+        if worker.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"worker did not start; see {log_path}")
+        await asyncio.sleep(0.3)
+
+
+def report(sent: int, outputs: Outputs) -> None:
+    print(f"\n{sent} records in. What came out (read_committed):")
+    for name, count in sorted(outputs.summary().items()):
+        print(f"  {name:<22} {count:>7}")
+    for record in outputs.pairs[:3]:
+        print(f"  e.g. pair     {record}")
+    for record in outputs.unpaired[:2]:
+        print(f"  e.g. unpaired {record}")
+    for record in outputs.dead_letters[:2]:
+        print(f"  e.g. dead letter {record}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tools.demo", description=__doc__)
+    parser.add_argument("--count", type=int, default=20_000)
+    parser.add_argument("--rate", type=float, default=4_000, help="events per second")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    broker.start(broker.cluster(1, 9092), timeout=120)
+    asyncio.run(run(args))
+    print("\nthe broker keeps running; `make stop` stops it, `make clean` removes all data")
+
+
+if __name__ == "__main__":
+    main()
