@@ -57,3 +57,31 @@ async def test_every_kind_of_bad_input_is_dead_lettered_and_neighbours_processed
     assert all(reasons), reasons
     binary = [d for d in outputs.dead_letters if "value_base64" in d]
     assert len(binary) == 1  # the non-UTF-8 record kept its bytes
+
+
+async def test_quiet_stream_still_drains_by_max_wait(broker: str, tmp_path: Path) -> None:
+    pipeline = await Pipeline(
+        broker,
+        tmp_path,
+        PAIRSTREAM_MAX_WAIT_SECONDS="2",
+        PAIRSTREAM_TICK_INTERVAL_SECONDS="0.5",
+    ).create_topics()
+    lonely = b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":1,"id":"lonely"}'
+    worker = pipeline.worker().start()
+    try:
+        await worker.wait_ready()
+        await pipeline.produce([lonely])
+        async with OutputReader(pipeline.conf) as reader:
+            outputs = await wait_for_outputs(reader, 1, timeout=120)
+    finally:
+        worker.kill()
+    # Stream time never moved past the event: only the wall clock can expire it.
+    assert outputs.unpaired == [
+        {
+            "timestamp": "2024-02-09T21:00:00Z",
+            "type": "A",
+            "value": 1,
+            "id": "lonely",
+            "reason": "expired",
+        }
+    ]
