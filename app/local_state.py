@@ -16,6 +16,7 @@ from typing import Any
 from app.faust_app import app
 
 log = logging.getLogger(__name__)
+_checked = False
 
 
 def _marker() -> Path:
@@ -24,6 +25,10 @@ def _marker() -> Path:
 
 @app.on_worker_init.connect  # type: ignore[arg-type]  # mode types the receiver as a Union mypy cannot match
 def discard_state_after_crash(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
+    global _checked
+    if _checked:  # faust sends on_worker_init twice (from the CLI and from the app)
+        return
+    _checked = True
     marker = _marker()
     if marker.exists():
         marker.unlink()
