@@ -20,6 +20,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.kafka_admin import ensure_topics
 from app.settings import Settings
+from pairing.records import dumps
 from tools import broker
 from tools.generate import StreamShape, generate, produce
 from tools.read_outputs import OutputReader, Outputs
@@ -110,12 +111,16 @@ def report(sent: int, outputs: Outputs) -> None:
     print(f"\n{sent} records in. What came out (read_committed):")
     for name, count in sorted(outputs.summary().items()):
         print(f"  {name:<22} {count:>7}")
-    for record in outputs.pairs[:3]:
-        print(f"  e.g. pair     {record}")
-    for record in outputs.unpaired[:2]:
-        print(f"  e.g. unpaired {record}")
-    for record in outputs.dead_letters[:2]:
-        print(f"  e.g. dead letter {record}")
+    print(
+        "  (duplicates are dropped without output; events still waiting for a partner stay pending)"
+    )
+    for label, records in [
+        ("pair", outputs.pairs[:3]),
+        ("unpaired", outputs.unpaired[:2]),
+        ("dead letter", outputs.dead_letters[:2]),
+    ]:
+        for record in records:
+            print(f"  e.g. {label:<12} {dumps(record).decode()}")
 
 
 def main(argv: list[str] | None = None) -> None:
