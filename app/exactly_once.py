@@ -39,7 +39,8 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
         # Commit what was acked before faust forgets it; otherwise those events
         # are processed again while their outputs are still in an open transaction.
-        if self.in_transaction and revoked:
+        # On stop faust has already committed and ended the transactions itself.
+        if self.in_transaction and revoked and not self.should_stop:
             await self.force_commit(revoked)
         await super().on_partitions_revoked(revoked)
 
