@@ -18,12 +18,14 @@ or none of them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, AppT, EventT
+
+from app.settings import settings
 
 # Held by an agent from the first send of an event until its ack, and by every
 # commit from choosing offsets until the transaction is committed.
@@ -45,8 +47,17 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         await super().on_partitions_revoked(revoked)
 
 
+class ExactlyOnceProducer(faust_aiokafka.Producer):
+    def _settings_extra(self) -> Mapping[str, Any]:
+        # How long a silent (stopped, partitioned) worker's transaction may stay
+        # open before the broker aborts it; faust leaves aiokafka's 60 s.
+        timeout_ms = int(settings().transaction_timeout_seconds * 1000)
+        return {**super()._settings_extra(), "transaction_timeout_ms": timeout_ms}
+
+
 class ExactlyOnceTransport(faust_aiokafka.Transport):
     Consumer = ExactlyOnceConsumer
+    Producer = ExactlyOnceProducer
 
 
 class DeliveryFailed(RuntimeError):

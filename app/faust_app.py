@@ -16,6 +16,9 @@ class PairstreamApp(faust.App):
     def _new_transport(self) -> Any:
         return ExactlyOnceTransport(self.conf.broker_consumer, self)
 
+    def _new_producer_transport(self) -> Any:
+        return ExactlyOnceTransport(self.conf.broker_producer, self)
+
 
 def create_app() -> PairstreamApp:
     conf = settings()
@@ -32,6 +35,7 @@ def create_app() -> PairstreamApp:
         topic_replication_factor=conf.replication_factor,
         broker_commit_interval=conf.commit_interval_seconds,
         broker_session_timeout=conf.session_timeout_seconds,
+        table_standby_replicas=conf.standby_replicas,
         broker_heartbeat_interval=conf.session_timeout_seconds / 4,
         # Sends from a second thread would leave the transactions (faust issue 177).
         producer_threaded=False,

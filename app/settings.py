@@ -56,6 +56,10 @@ class Settings(BaseSettings):
     session_timeout_seconds: float = Field(
         10.0, gt=0, description="how soon the group notices a dead worker and rebalances"
     )
+    transaction_timeout_seconds: float = Field(
+        60.0, gt=0, description="the broker aborts a transaction left open this long"
+    )
+    standby_replicas: int = Field(0, ge=0, description="warm copies of each table partition")
     data_dir: Path = Field(ROOT / ".run" / "worker", description="RocksDB state and worker files")
     web_port: int = 6066
     web_host: str = "127.0.0.1"

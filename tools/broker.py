@@ -1,12 +1,14 @@
 """A local Apache Kafka broker (KRaft) from jars that Maven resolves.
 
-    python -m tools.broker start [--nodes 3]   resolve jars once, format, start, wait until healthy
+    python -m tools.broker start [--nodes 3] [--name cluster] [--port 9292]
+                                               resolve jars once, format, start, wait until healthy
     python -m tools.broker status              exit 0 when every node answers
     python -m tools.broker stop [--kill]       SIGTERM (or SIGKILL) every node
     python -m tools.broker clean               stop and delete all broker data
 
 Node i listens on 127.0.0.1:(port + 2(i-1)), its controller on the next port.
-Data, logs and pid files live in .run/kafka/ (git-ignored).
+Data, logs and pid files live in .run/<name>/ (default .run/kafka, git-ignored);
+a single broker and a cluster can run side by side under different names.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 POM = ROOT / "kafka" / "pom.xml"
 LOG_CONFIG = ROOT / "kafka" / "log4j2.properties"
 JARS = ROOT / ".cache" / "kafka" / "libs"
-RUN = ROOT / ".run" / "kafka"
+RUNS = ROOT / ".run"
 HEAP = os.environ.get("PAIRSTREAM_BROKER_HEAP", "512m")
 
 
@@ -36,6 +38,7 @@ HEAP = os.environ.get("PAIRSTREAM_BROKER_HEAP", "512m")
 class Node:
     node_id: int
     port: int
+    name: str = "kafka"
 
     @property
     def controller_port(self) -> int:
@@ -43,7 +46,7 @@ class Node:
 
     @property
     def home(self) -> Path:
-        return RUN / f"node-{self.node_id}"
+        return RUNS / self.name / f"node-{self.node_id}"
 
     @property
     def pid_file(self) -> Path:
@@ -54,8 +57,8 @@ class Node:
         return self.home / "broker.log"
 
 
-def cluster(nodes: int, port: int) -> list[Node]:
-    return [Node(i, port + 2 * (i - 1)) for i in range(1, nodes + 1)]
+def cluster(nodes: int, port: int, name: str = "kafka") -> list[Node]:
+    return [Node(i, port + 2 * (i - 1), name) for i in range(1, nodes + 1)]
 
 
 def bootstrap_servers(nodes: list[Node]) -> str:
@@ -130,8 +133,9 @@ def alive(node: Node) -> int | None:
 
 def start(nodes: list[Node], timeout: float) -> None:
     resolve_jars()
-    cluster_id_file = RUN / "cluster-id"
-    RUN.mkdir(parents=True, exist_ok=True)
+    run = RUNS / nodes[0].name
+    cluster_id_file = run / "cluster-id"
+    run.mkdir(parents=True, exist_ok=True)
     if not cluster_id_file.exists():
         cluster_id_file.write_text(_cluster_id())
     cluster_id = cluster_id_file.read_text().strip()
@@ -174,9 +178,7 @@ def wait_healthy(nodes: list[Node], timeout: float) -> None:
         if asyncio.run(_cluster_answers(nodes)):
             return
         if time.monotonic() > deadline:
-            raise SystemExit(
-                f"broker not healthy after {timeout:.0f}s; see {RUN}/node-*/broker.log"
-            )
+            raise SystemExit(f"broker not healthy after {timeout:.0f}s; see {nodes[0].home.parent}")
         time.sleep(0.5)
 
 
@@ -217,10 +219,10 @@ def stop(nodes: list[Node], hard: bool, timeout: float = 30.0) -> None:
         node.pid_file.unlink(missing_ok=True)
 
 
-def all_nodes() -> list[Node]:
-    """Every node that has a home under .run/kafka, whatever the cluster size."""
+def all_nodes(name: str) -> list[Node]:
+    """Every node that has a home under .run/<name>, whatever the cluster size."""
     found = []
-    for home in sorted(RUN.glob("node-*")):
+    for home in sorted((RUNS / name).glob("node-*")):
         config = home / "server.properties"
         if config.exists():
             port = next(
@@ -228,7 +230,7 @@ def all_nodes() -> list[Node]:
                 for line in config.read_text().splitlines()
                 if line.startswith("advertised.listeners=")
             )
-            found.append(Node(int(home.name.split("-")[1]), port))
+            found.append(Node(int(home.name.split("-")[1]), port, name))
     return found
 
 
@@ -240,27 +242,28 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("command", choices=["start", "stop", "status", "clean", "resolve"])
     parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument("--name", default="kafka", help="folder under .run/ for this cluster")
     parser.add_argument(
         "--port", type=int, default=int(os.environ.get("PAIRSTREAM_BROKER_PORT", 9092))
     )
     parser.add_argument("--kill", action="store_true", help="stop with SIGKILL")
     parser.add_argument("--timeout", type=float, default=90.0)
     args = parser.parse_args(argv)
-    nodes = cluster(args.nodes, args.port)
+    nodes = cluster(args.nodes, args.port, args.name)
     if args.command == "resolve":
         resolve_jars()
     elif args.command == "start":
         start(nodes, args.timeout)
     elif args.command == "stop":
-        stop(all_nodes(), args.kill)
+        stop(all_nodes(args.name), args.kill)
     elif args.command == "status":
-        running = all_nodes()
+        running = all_nodes(args.name)
         healthy = bool(running) and asyncio.run(_cluster_answers(running))
         print(f"{'healthy' if healthy else 'down'}: {bootstrap_servers(running) or 'no nodes'}")
         sys.exit(0 if healthy else 1)
     elif args.command == "clean":
-        stop(all_nodes(), hard=True)
-        shutil.rmtree(RUN, ignore_errors=True)
+        stop(all_nodes(args.name), hard=True)
+        shutil.rmtree(RUNS / args.name, ignore_errors=True)
 
 
 if __name__ == "__main__":

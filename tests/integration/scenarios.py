@@ -1,0 +1,144 @@
+"""A fault scenario: a stream flows through real workers while faults are
+injected at points of progress; afterwards every output is checked.
+
+The check does not trust the generator: the expected outputs are computed
+from what actually landed in the input topic, and the pending state is read
+back from the table's changelog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from pairing.records import decode_state
+from tests.integration.harness import Pipeline, Worker, compare, expected_total, wait_for_outputs
+from tools.read_outputs import OutputReader
+
+STREAM_TIME_KEY = b"~stream-time"
+
+
+@dataclass
+class World:
+    """What a fault can act on."""
+
+    pipeline: Pipeline
+    workers: list[Worker]
+
+    def add_worker(self) -> Worker:
+        worker = self.pipeline.worker(len(self.workers)).start()
+        self.workers.append(worker)
+        return worker
+
+
+@dataclass
+class Fault:
+    at: float  # fraction of the expected outputs committed before it strikes
+    name: str
+    act: Callable[[World], Awaitable[None]]
+
+
+@dataclass
+class Report:
+    seed: int
+    events: int
+    recovery_s: dict[str, float] = field(default_factory=dict)
+    problems: dict[str, Any] = field(default_factory=dict)
+
+
+async def run_scenario(
+    pipeline: Pipeline,
+    records: list[bytes | None],
+    faults: list[Fault],
+    *,
+    seed: int,
+    workers: int = 1,
+    rate: float = 500,
+    timeout: float = 600,
+) -> Report:
+    report = Report(seed, len(records))
+    planned = expected_total(pipeline.expected(records))
+    world = World(pipeline, [])
+    for _ in range(workers):
+        world.add_worker()
+    await world.workers[0].wait_ready()
+    producing = asyncio.create_task(pipeline.produce(records, rate=rate))
+    try:
+        async with OutputReader(pipeline.conf) as reader:
+            for fault in sorted(faults, key=lambda f: f.at):
+                await wait_for_outputs(reader, int(fault.at * planned), timeout)
+                print(f"{fault.name} after {reader.total}/{planned} outputs", flush=True)
+                before, struck = reader.total, time.monotonic()
+                await fault.act(world)
+                await wait_for_outputs(reader, before + 1, timeout)
+                report.recovery_s[fault.name] = round(time.monotonic() - struck, 1)
+            await producing
+            landed = await read_input(pipeline)
+            expected = pipeline.expected(landed)
+            await wait_for_outputs(reader, expected_total(expected), timeout)
+            for worker in world.workers:
+                worker.stop()
+            outputs = await reader.read_available()
+    finally:
+        producing.cancel()
+        for worker in world.workers:
+            worker.kill()
+    report.problems = compare(outputs, expected)
+    pending = await read_pending(pipeline)
+    if pending != expected.pending:
+        report.problems["pending"] = {
+            "extra": sorted(pending - expected.pending)[:5],
+            "missing": sorted(expected.pending - pending)[:5],
+        }
+    print(f"recovery seconds: {report.recovery_s}", flush=True)
+    return report
+
+
+async def read_input(pipeline: Pipeline) -> list[bytes | None]:
+    """The input topic as it is: what the pipeline really had to process."""
+    return [value for _, value in await _read_all(pipeline, pipeline.conf.events_topic)]
+
+
+async def read_pending(pipeline: Pipeline) -> set[str]:
+    """Identities of pending events, from the committed changelog."""
+    changelog = f"{pipeline.conf.app_id}-pairing-state-changelog"
+    latest: dict[bytes, bytes | None] = {}
+    for key, value in await _read_all(pipeline, changelog):
+        assert key is not None
+        latest[key] = value
+    pending = set()
+    for key, value in latest.items():
+        if value is not None and key != STREAM_TIME_KEY:
+            state = decode_state(value)
+            if state.pending is not None:
+                pending.add(state.pending.identity)
+    return pending
+
+
+async def _read_all(pipeline: Pipeline, topic: str) -> list[tuple[bytes | None, bytes | None]]:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=pipeline.conf.bootstrap_servers,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        await consumer._client.force_metadata_update()
+        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        records: list[tuple[bytes | None, bytes | None]] = []
+        for tp in partitions:
+            # Partition by partition keeps each one's order (a changelog is replayed in order).
+            while await consumer.position(tp) < ends[tp]:
+                batch = await consumer.getmany(tp, timeout_ms=1000)
+                records.extend((m.key, m.value) for m in batch.get(tp, []))
+        return records
+    finally:
+        await consumer.stop()
