@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.exactly_once import exactly_once
+from app.exactly_once import events_once, exactly_once
 from app.faust_app import app
 from app.settings import settings
 from app.stats import stats
@@ -21,7 +21,7 @@ conf = settings()
 async def ingest(stream: Any) -> None:
     keyed_topic = keyed_events.get_topic_name()
     dlq_topic = dead_letters.get_topic_name()
-    async for event in stream.noack().events():
+    async for event in events_once(app, stream):
         message = event.message
         raw: bytes | None = message.value
         source = Source(message.topic, message.partition, message.offset)

@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from app.exactly_once import Step, exactly_once
+from app.exactly_once import Step, events_once, exactly_once
 from app.faust_app import app
 from app.settings import settings
 from app.stats import stats
@@ -46,17 +46,19 @@ def engine_for(partition: int) -> tuple[PairingPartition, PartitionState]:
 
 @app.agent(keyed_events)
 async def pair(stream: Any) -> None:
-    async for event in stream.noack().events():
+    async for event in events_once(app, stream):
         async with exactly_once(app, event) as step:
             engine, state = engine_for(event.message.partition)
             state.step = step
             stream_time = engine.stream_time_us
             now = time.time()
-            if event.message.value == TICK:
+            value = event.message.value
+            assert value is not None  # written by ingest or the tick timer, never empty
+            if value == TICK:
                 outcomes: list[Outcome] = engine.expire_waiting(now)
                 keyed = None
             else:
-                keyed = decode_keyed_event(event.message.value)
+                keyed = decode_keyed_event(value)
                 outcomes = engine.process(keyed.event, now)
             if engine.stream_time_us is not None and engine.stream_time_us != stream_time:
                 state.set_stream_time(engine.stream_time_us)

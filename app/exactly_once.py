@@ -18,18 +18,25 @@ or none of them.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, AppT, EventT
 
 from app.settings import settings
+from app.stats import stats
+
+log = logging.getLogger(__name__)
 
 # Held by an agent from the first send of an event until its ack, and by every
 # commit from choosing offsets until the transaction is committed.
 _processing = asyncio.Lock()
+
+# The last offset processed per partition since it was assigned here.
+_last_processed: dict[TP, int] = {}
 
 
 class ExactlyOnceConsumer(faust_aiokafka.Consumer):
@@ -44,6 +51,10 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         # On stop faust has already committed and ended the transactions itself.
         if self.in_transaction and revoked and not self.should_stop:
             await self.force_commit(revoked)
+        for tp in revoked:
+            # A new assignment starts from the committed offset; anything after
+            # it that was not committed was aborted, and must be processed again.
+            _last_processed.pop(tp, None)
         await super().on_partitions_revoked(revoked)
 
 
@@ -78,6 +89,25 @@ class Step:
         self.records.append((topic, key, value, partition))
 
 
+async def events_once(app: AppT, stream: Any) -> AsyncIterator[EventT[Any]]:
+    """The stream's events, each offset once per assignment, acked by `exactly_once`.
+
+    faust delivers the last-read record a second time when its fetcher restarts
+    from the committed position (its check is `offset >= last read`); processed
+    again, that record's outputs would commit twice.
+    """
+    async for event in stream.noack().events():
+        message = event.message
+        if message.offset <= _last_processed.get(message.tp, -1):
+            log.warning("dropped re-delivered record %s@%d", message.tp, message.offset)
+            stats.count("redelivered")
+            # Already acked and counted; only faust's in-flight set still holds it.
+            message.acked = True
+            cast(Any, app.consumer)._unacked_messages.discard(message)
+            continue
+        yield event
+
+
 def transactional_id(app: AppT, tp: TP) -> str:
     """faust's id for the producer whose transaction carries tp's offsets."""
     return f"{app.conf.id}-{app.assignor.group_for_topic(tp.topic)}-{tp.partition}"
@@ -102,6 +132,7 @@ async def exactly_once(app: AppT, event: EventT[Any]) -> AsyncIterator[Step]:
             delivery = await producer.send(topic, value, key=key, partition=partition)
             delivery.add_done_callback(_crash_on_failure(app))
         event.ack()
+        _last_processed[tp] = event.message.offset
 
 
 def _crash_on_failure(app: Any) -> Any:

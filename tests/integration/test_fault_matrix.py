@@ -1,0 +1,104 @@
+"""The fault matrix: six ways to break a worker or a broker mid-stream.
+
+Quick mode (default, CI): 20,000 records per scenario. Long mode
+(PAIRSTREAM_FAULT_MODE=long): 100,000. The seed comes from PAIRSTREAM_FAULT_SEED
+or at random, and is printed. Each report is appended to .run/fault-matrix.jsonl.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BROKER_PORT
+from tests.integration.faults import (
+    add_workers,
+    kill_broker,
+    kill_worker,
+    pause_worker,
+    start_broker,
+    stop_workers,
+)
+from tests.integration.harness import ROOT, Pipeline
+from tests.integration.scenarios import Fault, Report, run_scenario
+from tools import broker as local_broker
+from tools.generate import StreamShape, generate
+
+pytestmark = [pytest.mark.broker, pytest.mark.fault]
+
+LONG = os.environ.get("PAIRSTREAM_FAULT_MODE", "quick") == "long"
+EVENTS = 100_000 if LONG else 20_000
+RATE = 1_000.0 if LONG else 400.0  # events per second: faults strike while events flow
+SEED = int(os.environ.get("PAIRSTREAM_FAULT_SEED", random.randrange(1 << 30)))
+CLUSTER_PORT = int(os.environ.get("PAIRSTREAM_TEST_CLUSTER_PORT", "9292"))
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[list[local_broker.Node]]:
+    """Three KRaft brokers: replication factor 3, min.insync.replicas 2."""
+    nodes = local_broker.cluster(3, CLUSTER_PORT, name="cluster")
+    local_broker.start(nodes, timeout=180)
+    yield nodes
+    local_broker.stop(nodes, hard=False)
+
+
+async def check(name: str, pipeline: Pipeline, faults: list[Fault], **kwargs: object) -> Report:
+    print(f"\n[{name}] seed {SEED}, {EVENTS} records")
+    records = generate(StreamShape(count=EVENTS, seed=SEED))
+    report = await run_scenario(pipeline, records, faults, seed=SEED, rate=RATE, **kwargs)  # type: ignore[arg-type]
+    log = ROOT / ".run" / "fault-matrix.jsonl"
+    log.parent.mkdir(exist_ok=True)
+    with log.open("a") as out:
+        out.write(json.dumps({"scenario": name, "long": LONG, **asdict(report)}) + "\n")
+    assert report.problems == {}, f"[{name}] seed {SEED}: {report.problems}"
+    return report
+
+
+async def test_worker_hard_kill(broker: str, tmp_path: Path) -> None:
+    pipeline = await Pipeline(broker, tmp_path).create_topics()
+    await check(
+        "worker hard kill", pipeline, [kill_worker(0.2), kill_worker(0.45), kill_worker(0.7)]
+    )
+
+
+async def test_rebalance_with_standbys(broker: str, tmp_path: Path) -> None:
+    pipeline = await Pipeline(broker, tmp_path, PAIRSTREAM_STANDBY_REPLICAS="1").create_topics()
+    faults = [add_workers(0.15, 2), kill_worker(0.4, index=1), stop_workers(0.65, [1, 2])]
+    await check("rebalance 1-3-1, kill one of three", pipeline, faults)
+
+
+async def test_lost_local_state(broker: str, tmp_path: Path) -> None:
+    pipeline = await Pipeline(broker, tmp_path).create_topics()
+    faults = [kill_worker(0.3, lose_local_state=True), kill_worker(0.6, lose_local_state=True)]
+    await check("lost local state", pipeline, faults)
+
+
+async def test_broker_hard_bounce(broker: str, tmp_path: Path) -> None:
+    pipeline = await Pipeline(broker, tmp_path).create_topics()
+    nodes = local_broker.cluster(1, BROKER_PORT)
+    await check("broker hard bounce", pipeline, [kill_broker(0.35, nodes, restart=True)])
+
+
+async def test_cluster_loses_a_broker(cluster: list[local_broker.Node], tmp_path: Path) -> None:
+    bootstrap = local_broker.bootstrap_servers(cluster)
+    pipeline = await Pipeline(
+        bootstrap, tmp_path, PAIRSTREAM_REPLICATION_FACTOR="3", PAIRSTREAM_PARTITIONS="8"
+    ).create_topics()
+    victim = [cluster[1]]
+    faults = [kill_broker(0.3, victim, restart=False), start_broker(0.65, victim)]
+    await check("3-broker cluster, one killed", pipeline, faults)
+
+
+async def test_paused_worker_is_fenced(broker: str, tmp_path: Path) -> None:
+    pipeline = await Pipeline(
+        broker, tmp_path, PAIRSTREAM_TRANSACTION_TIMEOUT_SECONDS="10"
+    ).create_topics()
+    # Longer than both the transaction timeout and the session timeout.
+    faults = [pause_worker(0.3, index=0, seconds=15)]
+    await check("SIGSTOP past the transaction timeout", pipeline, faults, workers=2)
