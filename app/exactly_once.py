@@ -39,7 +39,20 @@ _processing = asyncio.Lock()
 _last_processed: dict[TP, int] = {}
 
 
+class ExactlyOnceConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
+        # faust reads aiokafka's cached last stable offset, which is None until
+        # the first fetch; it then takes -1 as the end of a changelog and skips
+        # recovery, or crashes with ConsistencyError. Ask the broker instead: with
+        # read_committed, ListOffsets answers the last stable offset.
+        offsets: Mapping[TP, int] = await self._ensure_consumer().end_offsets(partitions)
+        return offsets
+
+
 class ExactlyOnceConsumer(faust_aiokafka.Consumer):
+    def _new_consumer_thread(self) -> ExactlyOnceConsumerThread:
+        return ExactlyOnceConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
     async def _commit_tps(self, tps: Any, start_new_transaction: bool) -> bool:
         async with _processing:
             result: bool = await super()._commit_tps(tps, start_new_transaction)

@@ -83,8 +83,11 @@ class Worker:
         self.web_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self._log_offset = 0
+        self.wanted = False  # should be running: a supervisor restarts it if it exits
+        self.unplanned_restarts = 0
 
     def start(self) -> Worker:
+        self.wanted = True
         env = {
             **os.environ,
             **self.pipeline.env_vars,
@@ -120,10 +123,20 @@ class Worker:
             await asyncio.sleep(0.2)  # polling the log for the ready line
 
     def kill(self) -> None:
+        """SIGKILL; stays wanted, so a fault that kills it must start it again."""
         self._signal(signal.SIGKILL)
 
     def stop(self) -> None:
+        self.wanted = False
         self._signal(signal.SIGTERM)
+
+    def restart_if_exited(self) -> bool:
+        """What a supervisor (Kubernetes, systemd) does for a worker that exits."""
+        if self.wanted and self.process is not None and self.process.poll() is not None:
+            self.unplanned_restarts += 1
+            self.start()
+            return True
+        return False
 
     def _signal(self, sig: int) -> None:
         assert self.process is not None

@@ -48,7 +48,17 @@ class Report:
     seed: int
     events: int
     recovery_s: dict[str, float] = field(default_factory=dict)
+    unplanned_restarts: int = 0  # workers that exited on their own (e.g. fenced)
     problems: dict[str, Any] = field(default_factory=dict)
+
+
+async def supervise(world: World) -> None:
+    """Restart workers that exit unasked, as a process supervisor would."""
+    while True:
+        for worker in world.workers:
+            if worker.restart_if_exited():
+                print(f"worker {world.workers.index(worker)} exited; restarted", flush=True)
+        await asyncio.sleep(0.5)  # a supervisor's polling period
 
 
 async def run_scenario(
@@ -68,6 +78,7 @@ async def run_scenario(
         world.add_worker()
     await world.workers[0].wait_ready()
     producing = asyncio.create_task(pipeline.produce(records, rate=rate))
+    supervisor = asyncio.create_task(supervise(world))
     try:
         async with OutputReader(pipeline.conf) as reader:
             for fault in sorted(faults, key=lambda f: f.at):
@@ -81,13 +92,16 @@ async def run_scenario(
             landed = await read_input(pipeline)
             expected = pipeline.expected(landed)
             await wait_for_outputs(reader, expected_total(expected), timeout)
+            supervisor.cancel()
             for worker in world.workers:
                 worker.stop()
             outputs = await reader.read_available()
     finally:
+        supervisor.cancel()
         producing.cancel()
         for worker in world.workers:
             worker.kill()
+    report.unplanned_restarts = sum(w.unplanned_restarts for w in world.workers)
     report.problems = compare(outputs, expected)
     pending = await read_pending(pipeline)
     if pending != expected.pending:
@@ -95,7 +109,10 @@ async def run_scenario(
             "extra": sorted(pending - expected.pending)[:5],
             "missing": sorted(expected.pending - pending)[:5],
         }
-    print(f"recovery seconds: {report.recovery_s}", flush=True)
+    print(
+        f"recovery seconds: {report.recovery_s}; unplanned restarts: {report.unplanned_restarts}",
+        flush=True,
+    )
     return report
 
 
