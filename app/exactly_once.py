@@ -38,6 +38,14 @@ _processing = asyncio.Lock()
 # The last offset processed per partition since it was assigned here.
 _last_processed: dict[TP, int] = {}
 
+# Set when a step wrote state but was cut off before its records were sent and
+# acked: local tables then hold writes that no transaction will commit.
+_interrupted_steps = 0
+
+
+def local_state_is_committed() -> bool:
+    return _interrupted_steps == 0
+
 
 class ExactlyOnceConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
@@ -130,22 +138,27 @@ def transactional_id(app: AppT, tp: TP) -> str:
 async def exactly_once(app: AppT, event: EventT[Any]) -> AsyncIterator[Step]:
     """Collect an event's records; on a clean exit send them into the event's
     transaction and ack the event, with no commit in between."""
+    global _interrupted_steps
     step = Step()
-    yield step
-    tp = event.message.tp
-    tid = transactional_id(app, tp)
-    producers = faust_aiokafka.Producer._transaction_producers
-    locks = faust_aiokafka.Producer._trn_locks
-    producer = producers.get(tid)
-    if producer is None:
-        # Sending without the transaction would break exactly-once: stop instead.
-        raise DeliveryFailed(f"no open transaction {tid} for {tp}")
-    async with _processing, locks[tid]:
-        for topic, key, value, partition in step.records:
-            delivery = await producer.send(topic, value, key=key, partition=partition)
-            delivery.add_done_callback(_crash_on_failure(app))
-        event.ack()
-        _last_processed[tp] = event.message.offset
+    completed = False
+    try:
+        yield step
+        tp = event.message.tp
+        tid = transactional_id(app, tp)
+        producer = faust_aiokafka.Producer._transaction_producers.get(tid)
+        if producer is None:
+            # Sending without the transaction would break exactly-once: stop instead.
+            raise DeliveryFailed(f"no open transaction {tid} for {tp}")
+        async with _processing, faust_aiokafka.Producer._trn_locks[tid]:
+            for topic, key, value, partition in step.records:
+                delivery = await producer.send(topic, value, key=key, partition=partition)
+                delivery.add_done_callback(_crash_on_failure(app))
+            event.ack()
+            _last_processed[tp] = event.message.offset
+        completed = True
+    finally:
+        if not completed:
+            _interrupted_steps += 1
 
 
 def _crash_on_failure(app: Any) -> Any:

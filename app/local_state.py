@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from app.exactly_once import local_state_is_committed
 from app.faust_app import app
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,11 @@ def discard_state_after_crash(sender: Any, *args: Any, signal: Any, **kwargs: An
 
 @app.on_before_shutdown.connect  # type: ignore[arg-type]  # see above
 async def mark_clean_shutdown(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
+    # faust sends this signal after a crash too (e.g. a fenced producer), when
+    # local tables may hold writes of a transaction that was aborted.
+    if app.crashed or not local_state_is_committed():
+        log.warning("unclean shutdown: local tables will be rebuilt from changelogs")
+        return
     marker = _marker()
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text("the worker stopped cleanly; local tables match the changelogs\n")

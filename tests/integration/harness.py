@@ -85,6 +85,7 @@ class Worker:
         self._log_offset = 0
         self.wanted = False  # should be running: a supervisor restarts it if it exits
         self.unplanned_restarts = 0
+        self.forced_stops = 0
 
     def start(self) -> Worker:
         self.wanted = True
@@ -126,9 +127,19 @@ class Worker:
         """SIGKILL; stays wanted, so a fault that kills it must start it again."""
         self._signal(signal.SIGKILL)
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 30.0) -> None:
+        """SIGTERM, then SIGKILL after a grace period, as Kubernetes does: faust
+        can hang on exit when a stop meets a rebalance (counted in forced_stops)."""
         self.wanted = False
-        self._signal(signal.SIGTERM)
+        assert self.process is not None
+        if self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.forced_stops += 1
+            self.kill()
 
     def restart_if_exited(self) -> bool:
         """What a supervisor (Kubernetes, systemd) does for a worker that exits."""

@@ -49,6 +49,7 @@ class Report:
     events: int
     recovery_s: dict[str, float] = field(default_factory=dict)
     unplanned_restarts: int = 0  # workers that exited on their own (e.g. fenced)
+    forced_stops: int = 0  # workers that needed SIGKILL after SIGTERM's grace period
     problems: dict[str, Any] = field(default_factory=dict)
 
 
@@ -102,6 +103,7 @@ async def run_scenario(
         for worker in world.workers:
             worker.kill()
     report.unplanned_restarts = sum(w.unplanned_restarts for w in world.workers)
+    report.forced_stops = sum(w.forced_stops for w in world.workers)
     report.problems = compare(outputs, expected)
     pending = await read_pending(pipeline)
     if pending != expected.pending:
