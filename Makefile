@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast setup broker stop clean generate lint
+.PHONY: demo test test-fast fault-matrix setup broker stop clean generate lint
 
 demo: setup            ## run the main job: broker, worker, generated stream, summary
 	$(PY) -m tools.demo
@@ -14,6 +14,9 @@ test: setup            ## run every test (starts a broker if none is running)
 
 test-fast: setup       ## unit tests only: no broker
 	$(PY) -m pytest tests/unit
+
+fault-matrix: setup   ## the six-scenario fault matrix (PAIRSTREAM_FAULT_MODE=long for 100k records)
+	$(PY) -m pytest -m matrix -s tests/integration/test_fault_matrix.py
 
 setup: $(STAMP)        ## create .venv, install pinned dependencies, resolve Kafka jars
 	$(PY) -m tools.broker resolve

@@ -30,7 +30,7 @@ from tests.integration.scenarios import Fault, Report, run_scenario
 from tools import broker as local_broker
 from tools.generate import StreamShape, generate
 
-pytestmark = [pytest.mark.broker, pytest.mark.fault]
+pytestmark = [pytest.mark.broker, pytest.mark.fault, pytest.mark.matrix]
 
 LONG = os.environ.get("PAIRSTREAM_FAULT_MODE", "quick") == "long"
 EVENTS = 100_000 if LONG else 20_000
