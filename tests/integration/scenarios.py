@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 
 from pairing.records import decode_state
 from tests.integration.harness import Pipeline, Worker, compare, expected_total, wait_for_outputs
@@ -154,7 +155,7 @@ async def _read_all(pipeline: Pipeline, topic: str) -> list[tuple[bytes | None, 
         partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
-        ends = await consumer.end_offsets(partitions)
+        ends = await _end_offsets(consumer, partitions)
         records: list[tuple[bytes | None, bytes | None]] = []
         for tp in partitions:
             # Partition by partition keeps each one's order (a changelog is replayed in order).
@@ -164,3 +165,19 @@ async def _read_all(pipeline: Pipeline, topic: str) -> list[tuple[bytes | None, 
         return records
     finally:
         await consumer.stop()
+
+
+async def _end_offsets(
+    consumer: AIOKafkaConsumer, partitions: list[TopicPartition], timeout: float = 120
+) -> dict[TopicPartition, int]:
+    """End offsets, waiting out a leader election (right after a broker restart)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            ends: dict[TopicPartition, int] = await consumer.end_offsets(partitions)
+            return ends
+        except KafkaError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)  # retry backoff while a new leader is elected
+            await consumer._client.force_metadata_update()
