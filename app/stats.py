@@ -12,8 +12,5 @@ class Stats:
     def count(self, name: str, n: int = 1) -> None:
         self.counts[name] += n
 
-    def snapshot(self) -> dict[str, int]:
-        return dict(self.counts)
-
 
 stats = Stats()
