@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast fault-matrix setup broker stop clean generate lint
+.PHONY: demo test test-fast fault-test fault-matrix setup broker stop clean generate lint
 
 demo: setup            ## run the main job: broker, worker, generated stream, summary
 	$(PY) -m tools.demo
@@ -14,6 +14,9 @@ test: setup            ## run every test (starts a broker if none is running)
 
 test-fast: setup       ## unit tests only: no broker
 	$(PY) -m pytest tests/unit
+
+fault-test: setup     ## kill -9 a worker three times while 50k records flow (PAIRSTREAM_FAULT_SEED=n)
+	$(PY) -m pytest -m killtest -s tests/integration/test_faults.py
 
 fault-matrix: setup   ## the six-scenario fault matrix (PAIRSTREAM_FAULT_MODE=long for 100k records)
 	$(PY) -m pytest -m matrix -s tests/integration/test_fault_matrix.py
