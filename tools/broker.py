@@ -147,7 +147,9 @@ def start(nodes: list[Node], timeout: float) -> None:
         config.write_text(properties(node, nodes))
         if not (node.home / "data" / "meta.properties").exists():
             subprocess.run(
-                java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)),
+                # "--cluster-id=" form: a random id may start with "-".
+                java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
+                     "-c", str(config)),
                 check=True, stdout=subprocess.DEVNULL,
             )  # fmt: skip
         with node.log_file.open("ab") as log:
