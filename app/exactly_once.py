@@ -38,6 +38,12 @@ _processing = asyncio.Lock()
 # The last offset processed per partition since it was assigned here.
 _last_processed: dict[TP, int] = {}
 
+# True from the start of a revocation until the next assignment. A record
+# delivered meanwhile belongs to the old assignment: it is not processed, since
+# its transaction would be aborted while its RocksDB writes stayed; the next
+# assignment consumes it again from the committed offset.
+_revoking = False
+
 # Set when a step wrote state but was cut off before its records were sent and
 # acked: local tables then hold writes that no transaction will commit.
 _interrupted_steps = 0
@@ -67,6 +73,13 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
             return result
 
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        global _revoking
+        _revoking = True
+        # No step starts from here on, and every step already started holds or
+        # awaits `_processing` (a step does not yield between its start and the
+        # lock): passing the lock once lets them all finish.
+        async with _processing:
+            pass
         # Commit what was acked before faust forgets it; otherwise those events
         # are processed again while their outputs are still in an open transaction.
         # On stop faust has already committed and ended the transactions itself.
@@ -77,6 +90,16 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
             # it that was not committed was aborted, and must be processed again.
             _last_processed.pop(tp, None)
         await super().on_partitions_revoked(revoked)
+
+    async def perform_seek(self) -> None:
+        # Logged because records after the committed offset are delivered again.
+        await super().perform_seek()
+        log.info("stream partitions sought to committed offsets")
+
+    async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
+        global _revoking
+        _revoking = False
+        await super().on_partitions_assigned(assigned, generation_id)
 
 
 class ExactlyOnceProducer(faust_aiokafka.Producer):
@@ -113,20 +136,38 @@ class Step:
 async def events_once(app: AppT, stream: Any) -> AsyncIterator[EventT[Any]]:
     """The stream's events, each offset once per assignment, acked by `exactly_once`.
 
-    faust delivers the last-read record a second time when its fetcher restarts
-    from the committed position (its check is `offset >= last read`); processed
-    again, that record's outputs would commit twice.
+    Skipped, and never acked (an ack would let a commit pass their offset):
+      * records of an assignment being revoked (see `_revoking`), or that
+        arrive while tables are being restored;
+      * records at or before the last one processed in this assignment: faust
+        delivers the last-read record again when its fetcher restarts from the
+        committed position (its check is `offset >= last read`); processed
+        again, their outputs would commit twice;
+      * records before the committed offset, which some transaction holds.
+    The agent's body must not await before `exactly_once` takes its lock.
     """
+    consumer = cast(Any, app.consumer)
     async for event in stream.noack().events():
         message = event.message
-        if message.offset <= _last_processed.get(message.tp, -1):
-            log.warning("dropped re-delivered record %s@%d", message.tp, message.offset)
-            stats.count("redelivered")
-            # Already acked and counted; only faust's in-flight set still holds it.
-            message.acked = True
-            cast(Any, app.consumer)._unacked_messages.discard(message)
+        tp = message.tp
+        if _revoking:
+            reason = "revoked"
+        elif app.in_recovery:
+            # Tables are still being restored. Recovery ends by seeking to the
+            # committed offsets, which delivers this record again.
+            reason = "recovering"
+        elif message.offset <= _last_processed.get(tp, -1):
+            reason = "redelivered"
+        elif message.offset < (consumer._committed_offset.get(tp) or 0):
+            reason = "committed"
+        else:
+            yield event
             continue
-        yield event
+        log.warning("skipped %s record %s@%d", reason, tp, message.offset)
+        stats.count(f"skipped_{reason}")
+        # Only faust's in-flight set holds it; `wait_empty` waits for that set.
+        message.acked = True
+        consumer._unacked_messages.discard(message)
 
 
 def transactional_id(app: AppT, tp: TP) -> str:
