@@ -64,6 +64,19 @@ class Settings(BaseSettings):
     web_port: int = 6066
     web_host: str = "127.0.0.1"
 
+    # Analytics (Spark jobs)
+    lake_dir: Path = Field(ROOT / ".run" / "lake", description="Delta tables and checkpoints")
+    spark_master: str = Field("local[*]", description="local[*], or spark://host:port")
+    spark_driver_memory: str = "1g"
+    ingest_max_records_per_batch: int = Field(
+        100_000, gt=0, description="records per topic per ingest batch (a Delta commit)"
+    )
+    tumbling_window_seconds: int = Field(60, gt=0)
+    hopping_window_seconds: int = Field(300, gt=0)
+    hopping_slide_seconds: int = Field(60, gt=0)
+    sliding_window_seconds: int = Field(300, gt=0, description="look-back of a sliding window")
+    session_gap_seconds: int = Field(60, gt=0, description="event-time silence closing a session")
+
     @property
     def pairing(self) -> PairingConfig:
         return PairingConfig(

@@ -26,6 +26,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools import maven
+
 ROOT = Path(__file__).resolve().parent.parent
 POM = ROOT / "kafka" / "pom.xml"
 LOG_CONFIG = ROOT / "kafka" / "log4j2.properties"
@@ -66,25 +68,7 @@ def bootstrap_servers(nodes: list[Node]) -> str:
 
 
 def resolve_jars() -> None:
-    """Copy the broker's jars from Maven Central (through ~/.m2) once."""
-    marker = JARS / ".complete"
-    if marker.exists() and marker.read_text() == POM.read_text():
-        return
-    print(f"resolving Kafka jars with Maven into {JARS} ...", flush=True)
-    shutil.rmtree(JARS, ignore_errors=True)
-    subprocess.run(
-        [
-            "mvn",
-            "-q",
-            "-B",
-            "-f",
-            str(POM),
-            "dependency:copy-dependencies",
-            f"-DoutputDirectory={JARS}",
-        ],
-        check=True,
-    )
-    marker.write_text(POM.read_text())
+    maven.resolve(POM, JARS)
 
 
 def properties(node: Node, nodes: list[Node]) -> str:
@@ -128,7 +112,18 @@ def alive(node: Node) -> int | None:
         os.kill(pid, 0)
     except (FileNotFoundError, ValueError, ProcessLookupError):
         return None
+    if _exited(pid):
+        return None
     return pid
+
+
+def _exited(pid: int) -> bool:
+    """A broker this process started stays a zombie until reaped."""
+    try:
+        reaped, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # not our child: its parent reaps it
+        return False
+    return reaped == pid
 
 
 def start(nodes: list[Node], timeout: float) -> None:

@@ -1,0 +1,73 @@
+"""python -m analytics ingest|windows|reconcile|all [--master spark://host:7077]
+python -m analytics schedule --every 5m      run `all` on a fixed period (local use)
+
+Exits 1 when reconciliation finds a discrepancy; cron or a Kubernetes CronJob can
+alert on that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+
+from analytics.ingest import ingest
+from analytics.lake import Lake
+from analytics.reconcile import reconcile
+from analytics.spark import spark_session
+from analytics.windows import windows
+from app.settings import Settings, settings
+
+JOBS = ("ingest", "windows", "reconcile", "all")
+
+
+def run(job: str, conf: Settings, master: str | None) -> bool:
+    """Run one job (or all, in order); False when reconciliation found discrepancies."""
+    spark = spark_session(conf, f"pairstream-{job}", master)
+    try:
+        if job in ("ingest", "all"):
+            rows = ingest(spark, conf)
+            print("bronze rows: " + ", ".join(f"{name} {n:,}" for name, n in rows.items()))
+        if job in ("windows", "all"):
+            rows = windows(spark, conf)
+            print("gold windows: " + ", ".join(f"{name} {n:,}" for name, n in rows.items()))
+            print(f"chart: {Lake.of(conf).chart}")
+        if job in ("reconcile", "all"):
+            verdict = reconcile(spark, conf)
+            print(verdict.summary())
+            return verdict.ok
+        return True
+    finally:
+        spark.stop()
+
+
+def period_seconds(text: str) -> float:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smh]?)", text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"not a period: {text!r} (e.g. 30s, 5m, 1h)")
+    return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m analytics",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("job", choices=[*JOBS, "schedule"])
+    parser.add_argument("--master", help="Spark master (default: settings, local[*])")
+    parser.add_argument("--every", type=period_seconds, default=300.0, help="schedule period")
+    args = parser.parse_args(argv)
+    conf = settings()
+    if args.job != "schedule":
+        return 0 if run(args.job, conf, args.master) else 1
+    while True:
+        started = time.monotonic()
+        ok = run("all", conf, args.master)
+        print(f"scheduled run {'ok' if ok else 'FOUND DISCREPANCIES'}", flush=True)
+        time.sleep(max(0.0, args.every - (time.monotonic() - started)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""Reconciliation: proof, from the topics alone, that every input was accounted for
+exactly once.
+
+Scope: inputs the pairing app has committed as consumed (offsets from the latest
+progress snapshot of ingest). A valid event is *settled* once its pairing
+partition's stream time has moved past it by more than the expiry: it can no
+longer be pending, so it must be in exactly one output (a pair side, an unpaired
+record or a conflict). Invalid inputs must each have one dead letter.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+
+from analytics.ingest import sources
+from analytics.lake import Lake
+from app.settings import Settings
+from pairing.events import Rejection, parse_event
+from pairing.records import loads
+
+PARSED = StructType(
+    [
+        StructField("valid", BooleanType()),
+        StructField("identity", StringType()),
+        StructField("key", StringType()),
+        StructField("time_us", LongType()),
+    ]
+)
+PAIR = "struct<timestamp:string,a_id:string,b_id:string>"
+UNPAIRED = "struct<timestamp:string,id:string>"
+DEAD_LETTER = "struct<reason:string,source_partition:int,source_offset:long,id:string>"
+KEYED = "struct<key:string,time_us:long,type:string,identity:string>"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    counts: dict[str, int]
+    discrepancies: dict[str, int]
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.discrepancies.values())
+
+    def summary(self) -> str:
+        lines = [f"reconciliation: {'OK' if self.ok else 'DISCREPANCIES FOUND'}"]
+        lines += [f"  {name:<24} {count:>9,}" for name, count in self.counts.items()]
+        lines += [
+            f"  ! {kind:<22} {count:>9,}" for kind, count in self.discrepancies.items() if count
+        ]
+        return "\n".join(lines)
+
+
+def _parse_input(max_bytes: int):  # type: ignore[no-untyped-def]  # a Spark UDF
+    """The worker's own parser: validity and identity exactly as pairing decides them."""
+
+    def parse(raw: bytes | None) -> tuple[bool, str | None, str | None, int | None]:
+        event = parse_event(raw, max_bytes)
+        if isinstance(event, Rejection):
+            return (False, None, None, None)
+        return (True, event.identity, event.key, event.time_us)
+
+    return F.udf(parse, PARSED, useArrow=False)
+
+
+@F.udf(returnType=BooleanType(), useArrow=False)
+def _exact_sum(value: bytes) -> bool:
+    record = loads(value)
+    return bool(record["a_value"] + record["b_value"] == record["sum"])
+
+
+def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
+    lake = Lake.of(conf)
+    topics = sources(conf)
+
+    def bronze(name: str, schema: str | None = None) -> DataFrame:
+        table = spark.read.format("delta").load(lake.bronze(name))
+        if schema is None:
+            return table
+        return table.withColumn("r", F.from_json(F.col("value").cast("string"), schema))
+
+    progress = spark.read.format("delta").load(lake.progress)
+    latest = progress.agg(F.max("taken_at").alias("taken_at"))
+    committed = progress.join(latest, "taken_at")
+
+    def consumed(table: DataFrame, topic: str) -> DataFrame:
+        """Rows the pairing app committed as consumed."""
+        marks = committed.where(F.col("topic") == topic).select("partition", "committed_offset")
+        return table.join(marks, "partition").where(F.col("offset") < F.col("committed_offset"))
+
+    inputs = consumed(bronze("events"), topics["events"]).withColumn(
+        "p", _parse_input(conf.max_event_bytes)(F.col("value"))
+    )
+    keyed = consumed(bronze("keyed", KEYED), topics["keyed"]).where(F.col("r.key").isNotNull())
+    horizon = keyed.groupBy(F.col("partition").alias("pairing_partition")).agg(
+        (F.max("r.time_us") - int(conf.expiry_seconds * 1_000_000)).alias("horizon_us")
+    )
+    valid = inputs.where("p.valid").select("p.identity", "p.key", "p.time_us")
+    settled_identities = (
+        valid.withColumn(
+            "pairing_partition",
+            (F.crc32(F.col("key").cast("binary")) % conf.partitions).cast("int"),
+        )
+        .join(horizon, "pairing_partition")
+        .where(F.col("time_us") < F.col("horizon_us"))
+        .select("identity")
+        .distinct()
+    )
+
+    pairs = bronze("pairs", PAIR)
+    unpaired = bronze("unpaired", UNPAIRED)
+    dead_letters = bronze("dead_letters", DEAD_LETTER)
+    conflicts = dead_letters.where(F.col("r.reason").startswith("conflict"))
+    invalid_letters = dead_letters.where(~F.col("r.reason").startswith("conflict"))
+
+    # Each distinct pair record once; an exact copy is a duplicate pair, not two outputs.
+    distinct_pairs = pairs.select("r.timestamp", "r.a_id", "r.b_id").distinct()
+    outputs = (
+        distinct_pairs.select(F.col("a_id").alias("identity"))
+        .unionByName(distinct_pairs.select(F.col("b_id").alias("identity")))
+        .unionByName(unpaired.select(F.col("r.id").alias("identity")))
+        .unionByName(conflicts.select(F.col("r.id").alias("identity")))
+    )
+    per_identity = outputs.groupBy("identity").count()
+    valid_identities = valid.select("identity").distinct()
+    keyed_types = keyed.select(
+        F.col("r.identity").alias("identity"),
+        F.col("r.key").alias("key"),
+        F.col("r.type").alias("type"),
+    ).distinct()
+
+    def found(kind: str, frame: DataFrame, subject: str, detail: str) -> DataFrame:
+        return frame.select(
+            F.lit(kind).alias("kind"),
+            F.col(subject).cast("string").alias("subject"),
+            F.col(detail).cast("string").alias("detail"),
+        )
+
+    invalid_inputs = inputs.where("not p.valid").select("partition", "offset")
+    letters_per_input = invalid_letters.groupBy(
+        F.col("r.source_partition").alias("partition"), F.col("r.source_offset").alias("offset")
+    ).count()
+    pair_members = pairs.select("r.timestamp", "r.a_id", "r.b_id").distinct()
+    mismatched = (
+        pair_members.join(
+            keyed_types.where("type = 'A'").select(
+                F.col("identity").alias("a_id"), F.col("key").alias("a_key")
+            ),
+            "a_id",
+            "left",
+        )
+        .join(
+            keyed_types.where("type = 'B'").select(
+                F.col("identity").alias("b_id"), F.col("key").alias("b_key")
+            ),
+            "b_id",
+            "left",
+        )
+        .where(
+            ~F.coalesce(
+                (F.col("a_key") == F.col("timestamp")) & (F.col("b_key") == F.col("timestamp")),
+                F.lit(False),
+            )
+        )
+    )
+    discrepancies = (
+        found(
+            "missing",
+            settled_identities.join(per_identity, "identity", "left_anti"),
+            "identity",
+            "identity",
+        )
+        .unionByName(found("output_twice", per_identity.where("count > 1"), "identity", "count"))
+        .unionByName(
+            found(
+                "unexplained_output",
+                per_identity.join(valid_identities, "identity", "left_anti"),
+                "identity",
+                "count",
+            )
+        )
+        .unionByName(
+            found(
+                "duplicate_pair",
+                pairs.groupBy(F.col("r.timestamp").alias("key")).count().where("count > 1"),
+                "key",
+                "count",
+            )
+        )
+        .unionByName(
+            found(
+                "inexact_sum",
+                pairs.where(~_exact_sum(F.col("value"))).withColumn("key", F.col("r.timestamp")),
+                "key",
+                "offset",
+            )
+        )
+        .unionByName(found("pair_mismatch", mismatched, "timestamp", "a_id"))
+        .unionByName(
+            found(
+                "dead_letter_missing",
+                invalid_inputs.join(letters_per_input, ["partition", "offset"], "left_anti"),
+                "offset",
+                "partition",
+            )
+        )
+        .unionByName(
+            found("dead_letter_twice", letters_per_input.where("count > 1"), "offset", "count")
+        )
+        .unionByName(
+            found(
+                "dead_letter_unexplained",
+                letters_per_input.join(invalid_inputs, ["partition", "offset"], "left_anti"),
+                "offset",
+                "partition",
+            )
+        )
+        .cache()
+    )
+    by_kind = {row["kind"]: row["count"] for row in discrepancies.groupBy("kind").count().collect()}
+    kinds = [
+        "missing",
+        "output_twice",
+        "unexplained_output",
+        "duplicate_pair",
+        "inexact_sum",
+        "pair_mismatch",
+        "dead_letter_missing",
+        "dead_letter_twice",
+        "dead_letter_unexplained",
+    ]
+    valid_count = valid.count()
+    distinct_count = valid_identities.count()
+    counts = {
+        "inputs consumed": inputs.count(),
+        "valid": valid_count,
+        "distinct valid": distinct_count,
+        "duplicates": valid_count - distinct_count,
+        "invalid": invalid_inputs.count(),
+        "settled": settled_identities.count(),
+        "pairs": pairs.count(),
+        "unpaired expired": unpaired.where("r.reason = 'expired'").count(),
+        "unpaired late": unpaired.where("r.reason = 'late'").count(),
+        "conflicts": conflicts.count(),
+        "dead letters (invalid)": invalid_letters.count(),
+    }
+    verdict = Verdict(counts, {kind: by_kind.get(kind, 0) for kind in kinds})
+    _record(spark, lake, verdict, discrepancies)
+    discrepancies.unpersist()
+    return verdict
+
+
+def _record(spark: SparkSession, lake: Lake, verdict: Verdict, discrepancies: DataFrame) -> None:
+    """One row per run in reconciliation_runs; its discrepancies in the detail table."""
+    run_id = str(uuid.uuid4())
+    run_at = time.time()
+    row = {
+        "run_id": run_id,
+        "run_at": run_at,
+        "ok": verdict.ok,
+        **{
+            name.replace(" ", "_").replace("(", "").replace(")", ""): n
+            for name, n in verdict.counts.items()
+        },
+        **{f"{kind}_count": n for kind, n in verdict.discrepancies.items()},
+    }
+    (
+        spark.createDataFrame([row])
+        .withColumn("run_at", F.to_timestamp(F.col("run_at")))
+        .write.format("delta")
+        .mode("append")
+        .option("mergeSchema", "true")
+        .save(lake.gold("reconciliation_runs"))
+    )
+    (
+        discrepancies.withColumn("run_id", F.lit(run_id))
+        .write.format("delta")
+        .mode("append")
+        .save(lake.gold("reconciliation_discrepancies"))
+    )

@@ -1,0 +1,274 @@
+"""Spark jobs on local[2] against the real broker and real Delta tables."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from pyspark.sql import SparkSession
+
+from analytics.ingest import ingest, sources
+from analytics.lake import Lake
+from analytics.reconcile import reconcile
+from analytics.spark import spark_session
+from analytics.windows import windows
+from app.settings import Settings
+from tests.integration.harness import ROOT, Pipeline, expected_total, wait_for_outputs
+from tests.integration.scenarios import _read_all
+from tools.generate import StreamShape, generate
+from tools.read_outputs import OutputReader
+
+pytestmark = pytest.mark.broker
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    session = spark_session(Settings(), "pairstream-tests", "local[2]")
+    yield session
+    session.stop()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pipeline(
+    broker: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Pipeline]:
+    """A pipeline that has processed a generated stream; its worker is stopped."""
+    tmp = tmp_path_factory.mktemp("analytics")
+    pipeline = await Pipeline(broker, tmp).create_topics()
+    records = generate(StreamShape(count=3000, seed=44))
+    worker = pipeline.worker().start()
+    try:
+        await worker.wait_ready()
+        await pipeline.produce(records)
+        async with OutputReader(pipeline.conf) as reader:
+            await wait_for_outputs(reader, expected_total(pipeline.expected(records)), 180)
+        worker.stop()
+    finally:
+        worker.kill()
+    yield pipeline
+
+
+def lake_conf(pipeline: Pipeline, lake: Path, **extra: Any) -> Settings:
+    return pipeline.conf.model_copy(update={"lake_dir": lake, **extra})
+
+
+def bronze_offsets(spark: SparkSession, conf: Settings, name: str) -> list[tuple[int, int]]:
+    rows = spark.read.format("delta").load(Lake.of(conf).bronze(name)).collect()
+    return [(row.partition, row.offset) for row in rows]
+
+
+async def topic_size(pipeline: Pipeline, topic: str) -> int:
+    return len(await _read_all(pipeline, topic))
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_ingest_twice_picks_up_only_new_records(
+    spark: SparkSession, pipeline: Pipeline, tmp_path: Path
+) -> None:
+    conf = lake_conf(pipeline, tmp_path / "lake")
+    first = await asyncio.to_thread(ingest, spark, conf)
+    assert first["events"] == await topic_size(pipeline, conf.events_topic)
+    assert first["pairs"] == await topic_size(pipeline, conf.pairs_topic) > 0
+    more = generate(StreamShape(count=200, seed=45))
+    await pipeline.produce(more)
+    second = await asyncio.to_thread(ingest, spark, conf)
+    assert second["events"] == first["events"] + len(more)
+    assert second["pairs"] == first["pairs"]  # no worker ran: nothing new there
+    offsets = bronze_offsets(spark, conf, "events")
+    assert len(offsets) == len(set(offsets)) == second["events"]
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_ingest_killed_mid_write_then_rerun_loses_and_duplicates_nothing(
+    spark: SparkSession, pipeline: Pipeline, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    env = {
+        **os.environ,
+        **pipeline.env_vars,
+        "PAIRSTREAM_LAKE_DIR": str(lake),
+        "PAIRSTREAM_SPARK_MASTER": "local[2]",
+        "PAIRSTREAM_INGEST_MAX_RECORDS_PER_BATCH": "300",  # many small Delta commits
+    }
+    command = [sys.executable, "-m", "analytics", "ingest"]
+    log = (tmp_path / "ingest.log").open("wb")
+    job = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    events_log = lake / "bronze" / "events" / "_delta_log"
+    deadline = time.monotonic() + 300
+    while len(list(events_log.glob("*.json"))) < 3:  # killed after some commits, mid-run
+        assert job.poll() is None, (tmp_path / "ingest.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "ingest made no progress"
+        await asyncio.sleep(0.05)  # polling the Delta log
+    job.send_signal(signal.SIGKILL)
+    job.wait()
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    conf = lake_conf(pipeline, lake)
+    for name, topic in sources(conf).items():
+        offsets = bronze_offsets(spark, conf, name)
+        assert len(offsets) == len(set(offsets)), f"{name}: duplicated rows"
+        assert len(offsets) == await topic_size(pipeline, topic), f"{name}: lost rows"
+
+
+def windows_by_hand(
+    times: dict[str, list[datetime]], conf: Settings
+) -> dict[str, dict[datetime, Counter[str]]]:
+    """The same windows in plain Python: window start -> counts per kind."""
+    tumbling: dict[datetime, Counter[str]] = {}
+    hopping: dict[datetime, Counter[str]] = {}
+    session: dict[datetime, Counter[str]] = {}
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    size = timedelta(seconds=conf.tumbling_window_seconds)
+    hop, slide = (
+        timedelta(seconds=conf.hopping_window_seconds),
+        timedelta(seconds=conf.hopping_slide_seconds),
+    )
+    everything = sorted((t, kind) for kind, ts in times.items() for t in ts)
+    gap = timedelta(seconds=conf.session_gap_seconds)
+    start = end = None
+    for t, kind in everything:
+        tumbling.setdefault(epoch + (t - epoch) // size * size, Counter())[kind] += 1
+        last_start = epoch + (t - epoch) // slide * slide
+        s = last_start
+        while s > t - hop:
+            hopping.setdefault(s, Counter())[kind] += 1
+            s -= slide
+        if end is None or t >= end:
+            start = t
+        end = t + gap if end is None or t + gap > end else end
+        assert start is not None
+        session.setdefault(start, Counter())[kind] += 1
+    return {"tumbling": tumbling, "hopping": hopping, "session": session}
+
+
+def sliding_by_hand(times: dict[str, list[datetime]], seconds: int) -> dict[datetime, int]:
+    """Pairs in [t - seconds, t] for each distinct event time t."""
+    pairs = sorted(times["pair"])
+    instants = sorted({t for ts in times.values() for t in ts})
+    span = timedelta(seconds=seconds)
+    return {t: sum(1 for p in pairs if t - span <= p <= t) for t in instants}
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_windows_match_a_plain_python_computation(
+    spark: SparkSession, pipeline: Pipeline, tmp_path: Path
+) -> None:
+    conf = lake_conf(pipeline, tmp_path / "lake")
+    await asyncio.to_thread(ingest, spark, conf)
+    await asyncio.to_thread(windows, spark, conf)
+    async with OutputReader(pipeline.conf) as reader:
+        outputs = await reader.read_available()
+    keyed = await _read_all(pipeline, sources(conf)["keyed"])
+    times: dict[str, list[datetime]] = {
+        "pair": [parse_time(p["timestamp"]) for p in outputs.pairs],
+        "expired": [
+            parse_time(u["timestamp"]) for u in outputs.unpaired if u["reason"] == "expired"
+        ],
+        "late": [parse_time(u["timestamp"]) for u in outputs.unpaired if u["reason"] == "late"],
+        "valid": [parse_time(json.loads(v)["key"]) for _, v in keyed if v and b'"key"' in v],
+    }
+    assert all(times.values())
+    expected = windows_by_hand(times, conf)
+    lake = Lake.of(conf)
+    for kind in ("tumbling", "hopping", "session"):
+        rows = spark.read.format("delta").load(lake.gold(f"windows_{kind}")).collect()
+        got = {
+            row.window_start.replace(tzinfo=UTC): (row.pairs, row.expired, row.late, row.valid)
+            for row in rows
+        }
+        want = {
+            start: (c["pair"], c["expired"], c["late"], c["valid"])
+            for start, c in expected[kind].items()
+        }
+        assert got == want, kind
+    sliding = spark.read.format("delta").load(lake.gold("windows_sliding")).collect()
+    got_sliding = {row.window_end.replace(tzinfo=UTC): row.pairs for row in sliding}
+    assert got_sliding == sliding_by_hand(times, conf.sliding_window_seconds)
+    assert lake.chart.stat().st_size > 0
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_reconciliation_is_clean_then_reports_exactly_the_injected_faults(
+    spark: SparkSession, pipeline: Pipeline, tmp_path: Path
+) -> None:
+    conf = lake_conf(pipeline, tmp_path / "lake")
+    await asyncio.to_thread(ingest, spark, conf)
+    clean = await asyncio.to_thread(reconcile, spark, conf)
+    assert clean.ok, clean.summary()
+    assert clean.counts["settled"] > 1000  # most of the stream is past the horizon
+
+    # A duplicate pair written straight to `pairs`, outside any transaction...
+    async with OutputReader(pipeline.conf) as reader:
+        pair = (await reader.read_available()).pairs[0]
+    pair_bytes = next(
+        v
+        for _, v in await _read_all(pipeline, conf.pairs_topic)
+        if v and pair["a_id"].encode() in v
+    )
+    # ...and an input the pipeline "consumed" without any output: an old valid
+    # event, with the group's committed offset moved past it.
+    lost = json.dumps({"type": "A", "timestamp": "2024-02-09 20:59:30", "value": 7, "id": "lost-1"})
+    producer = AIOKafkaProducer(bootstrap_servers=conf.bootstrap_servers)
+    await producer.start()
+    try:
+        await producer.send_and_wait(conf.pairs_topic, pair_bytes, key=pair["timestamp"].encode())
+        sent = await producer.send_and_wait(conf.events_topic, lost.encode())
+    finally:
+        await producer.stop()
+    await commit_group_offset(
+        conf, TopicPartition(conf.events_topic, sent.partition), sent.offset + 1
+    )
+
+    await asyncio.to_thread(ingest, spark, conf)
+    found = await asyncio.to_thread(reconcile, spark, conf)
+    assert not found.ok
+    assert {k: n for k, n in found.discrepancies.items() if n} == {
+        "duplicate_pair": 1,
+        "missing": 1,
+    }
+    detail = spark.read.format("delta").load(Lake.of(conf).gold("reconciliation_discrepancies"))
+    subjects = {(row.kind, row.subject) for row in detail.where("kind != ''").collect()}
+    assert ("missing", "lost-1") in subjects
+    assert ("duplicate_pair", pair["timestamp"]) in subjects
+    runs = spark.read.format("delta").load(Lake.of(conf).gold("reconciliation_runs"))
+    assert sorted(row.ok for row in runs.collect()) == [False, True]
+
+    env = {**os.environ, **pipeline.env_vars, "PAIRSTREAM_LAKE_DIR": str(conf.lake_dir)}
+    cli = subprocess.run(
+        [sys.executable, "-m", "analytics", "reconcile", "--master", "local[1]"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert cli.returncode == 1, cli.stdout[-2000:] + cli.stderr[-2000:]
+    assert "DISCREPANCIES FOUND" in cli.stdout
+
+
+async def commit_group_offset(conf: Settings, tp: TopicPartition, offset: int) -> None:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=conf.bootstrap_servers, group_id=conf.app_id, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        await consumer.commit({tp: offset})
+    finally:
+        await consumer.stop()
