@@ -33,7 +33,7 @@ PARSED = StructType(
     ]
 )
 PAIR = "struct<timestamp:string,a_id:string,b_id:string>"
-UNPAIRED = "struct<timestamp:string,id:string>"
+UNPAIRED = "struct<timestamp:string,id:string,reason:string>"
 DEAD_LETTER = "struct<reason:string,source_partition:int,source_offset:long,id:string>"
 KEYED = "struct<key:string,time_us:long,type:string,identity:string>"
 
