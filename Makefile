@@ -21,8 +21,9 @@ fault-test: setup     ## kill -9 a worker three times while 50k records flow (PA
 fault-matrix: setup   ## the six-scenario fault matrix (PAIRSTREAM_FAULT_MODE=long for 100k records)
 	$(PY) -m pytest -m matrix -s tests/integration/test_fault_matrix.py
 
-setup: $(STAMP)        ## create .venv, install pinned dependencies, resolve Kafka jars
+setup: $(STAMP)        ## create .venv, install pinned dependencies, resolve Kafka and Spark jars
 	$(PY) -m tools.broker resolve
+	$(PY) -m analytics jars
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

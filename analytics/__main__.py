@@ -1,5 +1,6 @@
 """python -m analytics ingest|windows|reconcile|all [--master spark://host:7077]
 python -m analytics schedule --every 5m      run `all` on a fixed period (local use)
+python -m analytics jars                      resolve Spark's Delta and Kafka jars (once)
 
 Exits 1 when reconciliation finds a discrepancy; cron or a Kubernetes CronJob can
 alert on that.
@@ -12,34 +13,9 @@ import re
 import sys
 import time
 
-from analytics.ingest import ingest
-from analytics.lake import Lake
-from analytics.reconcile import reconcile
-from analytics.spark import spark_session
-from analytics.windows import windows
-from app.settings import Settings, settings
-
-JOBS = ("ingest", "windows", "reconcile", "all")
-
-
-def run(job: str, conf: Settings, master: str | None) -> bool:
-    """Run one job (or all, in order); False when reconciliation found discrepancies."""
-    spark = spark_session(conf, f"pairstream-{job}", master)
-    try:
-        if job in ("ingest", "all"):
-            rows = ingest(spark, conf)
-            print("bronze rows: " + ", ".join(f"{name} {n:,}" for name, n in rows.items()))
-        if job in ("windows", "all"):
-            rows = windows(spark, conf)
-            print("gold windows: " + ", ".join(f"{name} {n:,}" for name, n in rows.items()))
-            print(f"chart: {Lake.of(conf).chart}")
-        if job in ("reconcile", "all"):
-            verdict = reconcile(spark, conf)
-            print(verdict.summary())
-            return verdict.ok
-        return True
-    finally:
-        spark.stop()
+from analytics.jobs import JOBS, run
+from analytics.spark import JARS, spark_jars
+from app.settings import settings
 
 
 def period_seconds(text: str) -> float:
@@ -55,11 +31,14 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("job", choices=[*JOBS, "schedule"])
+    parser.add_argument("job", choices=[*JOBS, "schedule", "jars"])
     parser.add_argument("--master", help="Spark master (default: settings, local[*])")
     parser.add_argument("--every", type=period_seconds, default=300.0, help="schedule period")
     args = parser.parse_args(argv)
     conf = settings()
+    if args.job == "jars":  # resolve Spark's extra jars now, not at the first job
+        print(f"{len(spark_jars())} jars in {JARS}")
+        return 0
     if args.job != "schedule":
         return 0 if run(args.job, conf, args.master) else 1
     while True:

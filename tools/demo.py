@@ -18,6 +18,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from analytics.jobs import run as run_jobs
 from app.kafka_admin import ensure_topics
 from app.settings import Settings
 from pairing.records import dumps
@@ -38,6 +39,7 @@ def run_settings(run_id: str) -> dict[str, str]:
         "PAIRSTREAM_UNPAIRED_TOPIC": f"{run_id}.unpaired",
         "PAIRSTREAM_DEAD_LETTER_TOPIC": f"{run_id}.events.dlq",
         "PAIRSTREAM_DATA_DIR": str(ROOT / ".run" / run_id),
+        "PAIRSTREAM_LAKE_DIR": str(ROOT / ".run" / f"{run_id}-lake"),
     }
 
 
@@ -131,6 +133,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     broker.start(broker.cluster(1, 9092), timeout=120)
     asyncio.run(run(args))
+    print("\nSpark: ingest into Delta, windowed analytics, reconciliation ...", flush=True)
+    if not run_jobs("all", Settings(), None):  # Settings() now holds this run's topics
+        raise SystemExit("reconciliation found discrepancies (see above)")
     print("\nthe broker keeps running; `make stop` stops it, `make clean` removes all data")
 
 

@@ -26,8 +26,9 @@ from analytics.reconcile import reconcile
 from analytics.spark import spark_session
 from analytics.windows import windows
 from app.settings import Settings
-from tests.integration.harness import ROOT, Pipeline, expected_total, wait_for_outputs
+from tests.integration.harness import ROOT, Pipeline, expected_total, free_port, wait_for_outputs
 from tests.integration.scenarios import _read_all
+from tools import spark_cluster
 from tools.generate import StreamShape, generate
 from tools.read_outputs import OutputReader
 
@@ -272,3 +273,23 @@ async def commit_group_offset(conf: Settings, tp: TopicPartition, offset: int) -
         await consumer.commit({tp: offset})
     finally:
         await consumer.stop()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_jobs_run_on_a_spark_standalone_cluster(pipeline: Pipeline, tmp_path: Path) -> None:
+    port = free_port()
+    run = tmp_path / "spark"
+    master = await asyncio.to_thread(spark_cluster.start, port, run)
+    try:
+        env = {**os.environ, **pipeline.env_vars, "PAIRSTREAM_LAKE_DIR": str(tmp_path / "lake")}
+        job = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "analytics", "all", "--master", master],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+    finally:
+        spark_cluster.stop(run)
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    assert "reconciliation: OK" in job.stdout
+    # The executors ran on the standalone worker, not in the driver.
+    assert list((run / "work").glob("app-*")), "no application ran on the worker"
