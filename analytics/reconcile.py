@@ -49,7 +49,9 @@ class Verdict:
 
     def summary(self) -> str:
         lines = [f"reconciliation: {'OK' if self.ok else 'DISCREPANCIES FOUND'}"]
-        lines += [f"  {name:<24} {count:>9,}" for name, count in self.counts.items()]
+        lines += [
+            f"  {name.replace('_', ' '):<24} {count:>9,}" for name, count in self.counts.items()
+        ]
         lines += [
             f"  ! {kind:<22} {count:>9,}" for kind, count in self.discrepancies.items() if count
         ]
@@ -237,17 +239,17 @@ def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
     valid_count = valid.count()
     distinct_count = valid_identities.count()
     counts = {
-        "inputs consumed": inputs.count(),
+        "inputs_consumed": inputs.count(),
         "valid": valid_count,
-        "distinct valid": distinct_count,
+        "distinct_valid": distinct_count,
         "duplicates": valid_count - distinct_count,
         "invalid": invalid_inputs.count(),
         "settled": settled_identities.count(),
         "pairs": pairs.count(),
-        "unpaired expired": unpaired.where("r.reason = 'expired'").count(),
-        "unpaired late": unpaired.where("r.reason = 'late'").count(),
+        "unpaired_expired": unpaired.where("r.reason = 'expired'").count(),
+        "unpaired_late": unpaired.where("r.reason = 'late'").count(),
         "conflicts": conflicts.count(),
-        "dead letters (invalid)": invalid_letters.count(),
+        "dead_letters_invalid": invalid_letters.count(),
     }
     verdict = Verdict(counts, {kind: by_kind.get(kind, 0) for kind in kinds})
     _record(spark, lake, verdict, discrepancies)
@@ -263,10 +265,7 @@ def _record(spark: SparkSession, lake: Lake, verdict: Verdict, discrepancies: Da
         "run_id": run_id,
         "run_at": run_at,
         "ok": verdict.ok,
-        **{
-            name.replace(" ", "_").replace("(", "").replace(")", ""): n
-            for name, n in verdict.counts.items()
-        },
+        **verdict.counts,
         **{f"{kind}_count": n for kind, n in verdict.discrepancies.items()},
     }
     (

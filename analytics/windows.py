@@ -69,16 +69,12 @@ def _count(kind: str) -> Column:
     return F.count(F.when(F.col("kind") == kind, 1))
 
 
-def _rates(frame: DataFrame) -> DataFrame:
+def _settled_rates(frame: DataFrame) -> DataFrame:
+    """Shares of the settled events: both sides of each pair, expired, late."""
     settled = F.col("pairs") * 2 + F.col("expired") + F.col("late")
-    return (
-        frame.withColumn("match_rate", F.when(settled > 0, F.col("pairs") * 2 / settled))
-        .withColumn("late_rate", F.when(settled > 0, F.col("late") / settled))
-        .withColumn(
-            "duplicate_rate",
-            F.when(F.col("valid") > 0, 1 - F.col("distinct_valid") / F.col("valid")),
-        )
-    )
+    return frame.withColumn(
+        "match_rate", F.when(settled > 0, F.col("pairs") * 2 / settled)
+    ).withColumn("late_rate", F.when(settled > 0, F.col("late") / settled))
 
 
 def aggregate(frame: DataFrame, window: Column) -> DataFrame:
@@ -96,22 +92,29 @@ def aggregate(frame: DataFrame, window: Column) -> DataFrame:
         ),
         F.percentile_approx(F.when(pair, F.col("latency_ms")), [0.5, 0.95, 0.99]).alias("p"),
     )
-    return _rates(
-        grouped.select(
-            F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"),
-            "pairs",
-            "pair_sum",
-            "pair_mean",
-            "expired",
-            "late",
-            "valid",
-            "distinct_valid",
-            F.col("p")[0].alias("latency_p50_ms"),
-            F.col("p")[1].alias("latency_p95_ms"),
-            F.col("p")[2].alias("latency_p99_ms"),
+    return (
+        _settled_rates(
+            grouped.select(
+                F.col("window.start").alias("window_start"),
+                F.col("window.end").alias("window_end"),
+                "pairs",
+                "pair_sum",
+                "pair_mean",
+                "expired",
+                "late",
+                "valid",
+                "distinct_valid",
+                F.col("p")[0].alias("latency_p50_ms"),
+                F.col("p")[1].alias("latency_p95_ms"),
+                F.col("p")[2].alias("latency_p99_ms"),
+            )
         )
-    ).orderBy("window_start")
+        .withColumn(
+            "duplicate_rate",
+            F.when(F.col("valid") > 0, 1 - F.col("distinct_valid") / F.col("valid")),
+        )
+        .orderBy("window_start")
+    )
 
 
 def sliding(frame: DataFrame, seconds: int) -> DataFrame:
@@ -129,13 +132,8 @@ def sliding(frame: DataFrame, seconds: int) -> DataFrame:
         F.timestamp_micros("t").alias("window_end"),
         *(F.sum(c).over(span).alias(c) for c in ("pairs", "pair_sum", "expired", "late")),
     )
-    settled = F.col("pairs") * 2 + F.col("expired") + F.col("late")
-    return (
-        slid.withColumn("pair_mean", F.when(F.col("pairs") > 0, F.col("pair_sum") / F.col("pairs")))
-        .withColumn("match_rate", F.when(settled > 0, F.col("pairs") * 2 / settled))
-        .withColumn("late_rate", F.when(settled > 0, F.col("late") / settled))
-        .orderBy("window_end")
-    )
+    mean = F.when(F.col("pairs") > 0, F.col("pair_sum") / F.col("pairs"))
+    return _settled_rates(slid.withColumn("pair_mean", mean)).orderBy("window_end")
 
 
 def window_tables(frame: DataFrame, conf: Settings) -> dict[str, DataFrame]:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -42,12 +42,8 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def pipeline(
-    broker: str, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[Pipeline]:
+async def processed_pipeline(broker: str, tmp: Path) -> Pipeline:
     """A pipeline that has processed a generated stream; its worker is stopped."""
-    tmp = tmp_path_factory.mktemp("analytics")
     pipeline = await Pipeline(broker, tmp).create_topics()
     records = generate(StreamShape(count=3000, seed=44))
     worker = pipeline.worker().start()
@@ -59,7 +55,14 @@ async def pipeline(
         worker.stop()
     finally:
         worker.kill()
-    yield pipeline
+    return pipeline
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pipeline(broker: str, tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
+    """Shared by the tests that only read its topics; a test that adds records to a
+    topic or moves the group's offsets makes its own."""
+    return await processed_pipeline(broker, tmp_path_factory.mktemp("analytics"))
 
 
 def lake_conf(pipeline: Pipeline, lake: Path, **extra: Any) -> Settings:
@@ -77,8 +80,9 @@ async def topic_size(pipeline: Pipeline, topic: str) -> int:
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_ingest_twice_picks_up_only_new_records(
-    spark: SparkSession, pipeline: Pipeline, tmp_path: Path
+    spark: SparkSession, broker: str, tmp_path: Path
 ) -> None:
+    pipeline = await processed_pipeline(broker, tmp_path)
     conf = lake_conf(pipeline, tmp_path / "lake")
     first = await asyncio.to_thread(ingest, spark, conf)
     assert first["events"] == await topic_size(pipeline, conf.events_topic)
@@ -207,8 +211,9 @@ async def test_windows_match_a_plain_python_computation(
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_reconciliation_is_clean_then_reports_exactly_the_injected_faults(
-    spark: SparkSession, pipeline: Pipeline, tmp_path: Path
+    spark: SparkSession, broker: str, tmp_path: Path
 ) -> None:
+    pipeline = await processed_pipeline(broker, tmp_path)
     conf = lake_conf(pipeline, tmp_path / "lake")
     await asyncio.to_thread(ingest, spark, conf)
     clean = await asyncio.to_thread(reconcile, spark, conf)
