@@ -38,11 +38,12 @@ _processing = asyncio.Lock()
 # The last offset processed per partition since it was assigned here.
 _last_processed: dict[TP, int] = {}
 
-# True from the start of a revocation until the next assignment. A record
-# delivered meanwhile belongs to the old assignment: it is not processed, since
-# its transaction would be aborted while its RocksDB writes stayed; the next
-# assignment consumes it again from the committed offset.
-_revoking = False
+# True from the start of a revocation or a stop until the next assignment. A
+# record delivered meanwhile belongs to the assignment being given up: it is not
+# processed, since its transaction would be aborted (or, on stop, already ended)
+# while its RocksDB writes stayed; the next assignment consumes it again from the
+# committed offset.
+_closing = False
 
 # Set when a step wrote state but was cut off before its records were sent and
 # acked: local tables then hold writes that no transaction will commit.
@@ -72,14 +73,23 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
             result: bool = await super()._commit_tps(tps, start_new_transaction)
             return result
 
-    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
-        global _revoking
-        _revoking = True
+    async def _close_steps(self) -> None:
+        global _closing
+        _closing = True
         # No step starts from here on, and every step already started holds or
         # awaits `_processing` (a step does not yield between its start and the
         # lock): passing the lock once lets them all finish.
         async with _processing:
             pass
+
+    async def commit_and_end_transactions(self) -> None:
+        # On stop faust commits and ends the transactions, then later commits
+        # again; a step acked in between would meet a producer with no transaction.
+        await self._close_steps()
+        await super().commit_and_end_transactions()
+
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        await self._close_steps()
         # Commit what was acked before faust forgets it; otherwise those events
         # are processed again while their outputs are still in an open transaction.
         # On stop faust has already committed and ended the transactions itself.
@@ -97,8 +107,8 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         log.info("stream partitions sought to committed offsets")
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
-        global _revoking
-        _revoking = False
+        global _closing
+        _closing = False
         await super().on_partitions_assigned(assigned, generation_id)
 
 
@@ -137,7 +147,7 @@ async def events_once(app: AppT, stream: Any) -> AsyncIterator[EventT[Any]]:
     """The stream's events, each offset once per assignment, acked by `exactly_once`.
 
     Skipped, and never acked (an ack would let a commit pass their offset):
-      * records of an assignment being revoked (see `_revoking`), or that
+      * records of an assignment being revoked or stopped (see `_closing`), or that
         arrive while tables are being restored;
       * records at or before the last one processed in this assignment: faust
         delivers the last-read record again when its fetcher restarts from the
@@ -150,8 +160,8 @@ async def events_once(app: AppT, stream: Any) -> AsyncIterator[EventT[Any]]:
     async for event in stream.noack().events():
         message = event.message
         tp = message.tp
-        if _revoking:
-            reason = "revoked"
+        if _closing:
+            reason = "closing"
         elif app.in_recovery:
             # Tables are still being restored. Recovery ends by seeking to the
             # committed offsets, which delivers this record again.

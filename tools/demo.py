@@ -96,9 +96,20 @@ async def run(args: argparse.Namespace) -> None:
         async with OutputReader(conf) as reader:
             outputs = await settle(conf, reader)
     finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(timeout=60)
+        stop_worker(worker)
     report(len(records), outputs)
+
+
+def stop_worker(worker: subprocess.Popen[bytes], grace: float = 30.0) -> None:
+    """SIGTERM, then SIGKILL after a grace period, as a supervisor does: faust can
+    hang on exit (docs/exactly-once.md), and an unclean stop loses nothing."""
+    os.killpg(worker.pid, signal.SIGTERM)
+    try:
+        worker.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        print(f"worker still running {grace:.0f} s after SIGTERM; killed", flush=True)
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
 
 
 async def wait_ready(log_path: Path, worker: subprocess.Popen[bytes], timeout: float = 120) -> None:
