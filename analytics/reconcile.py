@@ -235,10 +235,12 @@ def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
         "dead_letter_missing",
         "dead_letter_twice",
         "dead_letter_unexplained",
+        "nothing_consumed",
     ]
     valid_count = valid.count()
     distinct_count = valid_identities.count()
     counts = {
+        "inputs_in_lake": bronze("events").count(),
         "inputs_consumed": inputs.count(),
         "valid": valid_count,
         "distinct_valid": distinct_count,
@@ -251,6 +253,11 @@ def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
         "conflicts": conflicts.count(),
         "dead_letters_invalid": invalid_letters.count(),
     }
+    # Inputs but no committed progress: a wrong app id or an ingest that never
+    # recorded offsets. Checking nothing must not pass.
+    by_kind["nothing_consumed"] = int(
+        counts["inputs_in_lake"] > 0 and counts["inputs_consumed"] == 0
+    )
     verdict = Verdict(counts, {kind: by_kind.get(kind, 0) for kind in kinds})
     _record(spark, lake, verdict, discrepancies)
     discrepancies.unpersist()

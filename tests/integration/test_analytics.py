@@ -298,3 +298,15 @@ async def test_jobs_run_on_a_spark_standalone_cluster(pipeline: Pipeline, tmp_pa
     assert "reconciliation: OK" in job.stdout
     # The executors ran on the standalone worker, not in the driver.
     assert list((run / "work").glob("app-*")), "no application ran on the worker"
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_reconciliation_that_checks_nothing_does_not_pass(
+    spark: SparkSession, pipeline: Pipeline, tmp_path: Path
+) -> None:
+    # A wrong app id: the group has no committed offsets, so no input counts as consumed.
+    conf = lake_conf(pipeline, tmp_path / "lake", app_id="not-the-pairing-app")
+    await asyncio.to_thread(ingest, spark, conf)
+    verdict = await asyncio.to_thread(reconcile, spark, conf)
+    assert {k: n for k, n in verdict.discrepancies.items() if n} == {"nothing_consumed": 1}
+    assert verdict.counts["inputs_in_lake"] == await topic_size(pipeline, conf.events_topic)
