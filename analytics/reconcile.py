@@ -147,9 +147,8 @@ def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
     letters_per_input = invalid_letters.groupBy(
         F.col("r.source_partition").alias("partition"), F.col("r.source_offset").alias("offset")
     ).count()
-    pair_members = pairs.select("r.timestamp", "r.a_id", "r.b_id").distinct()
     mismatched = (
-        pair_members.join(
+        distinct_pairs.join(
             keyed_types.where("type = 'A'").select(
                 F.col("identity").alias("a_id"), F.col("key").alias("a_key")
             ),
