@@ -141,13 +141,16 @@ class Worker:
             self.forced_stops += 1
             self.kill()
 
-    def restart_if_exited(self) -> bool:
-        """What a supervisor (Kubernetes, systemd) does for a worker that exits."""
-        if self.wanted and self.process is not None and self.process.poll() is not None:
+    def restart_if_exited(self) -> int | None:
+        """What a supervisor (Kubernetes, systemd) does for a worker that exits:
+        start it again. Returns the exit code of a worker it restarted."""
+        if not self.wanted or self.process is None:
+            return None
+        code = self.process.poll()
+        if code is not None:
             self.unplanned_restarts += 1
             self.start()
-            return True
-        return False
+        return code
 
     def _signal(self, sig: int) -> None:
         assert self.process is not None

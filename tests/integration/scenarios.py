@@ -57,10 +57,23 @@ class Report:
 async def supervise(world: World) -> None:
     """Restart workers that exit unasked, as a process supervisor would."""
     while True:
-        for worker in world.workers:
-            if worker.restart_if_exited():
-                print(f"worker {world.workers.index(worker)} exited; restarted", flush=True)
+        for index, worker in enumerate(world.workers):
+            code = worker.restart_if_exited()
+            if code is not None:
+                print(f"worker {index} exited with {code}; restarted", flush=True)
         await asyncio.sleep(0.5)  # a supervisor's polling period
+
+
+async def supervised(step: Awaitable[Any], supervisor: asyncio.Task[None]) -> Any:
+    """Await a step of the scenario, failing at once if the supervisor died
+    (a silent supervisor would leave a dead worker dead, and the step waiting)."""
+    task = asyncio.ensure_future(step)
+    await asyncio.wait({task, supervisor}, return_when=asyncio.FIRST_COMPLETED)
+    if not task.done():
+        task.cancel()
+        supervisor.result()  # raises the supervisor's error
+        raise AssertionError("the supervisor stopped")
+    return task.result()
 
 
 async def run_scenario(
@@ -84,19 +97,23 @@ async def run_scenario(
     try:
         async with OutputReader(pipeline.conf) as reader:
             for fault in sorted(faults, key=lambda f: f.at):
-                await wait_for_outputs(reader, int(fault.at * planned), timeout)
+                await supervised(
+                    wait_for_outputs(reader, int(fault.at * planned), timeout), supervisor
+                )
                 print(f"{fault.name} after {reader.total}/{planned} outputs", flush=True)
                 struck = time.monotonic()
                 await fault.act(world)
                 # Outputs committed before the fault do not count as recovery.
                 await reader.read_available()
                 before = reader.total
-                await wait_for_outputs(reader, before + 1, timeout)
+                await supervised(wait_for_outputs(reader, before + 1, timeout), supervisor)
                 report.recovery_s[fault.name] = round(time.monotonic() - struck, 1)
-            await producing
+            await supervised(producing, supervisor)
             landed = await read_input(pipeline)
             expected = pipeline.expected(landed)
-            await wait_for_outputs(reader, expected_total(expected), timeout)
+            await supervised(
+                wait_for_outputs(reader, expected_total(expected), timeout), supervisor
+            )
             supervisor.cancel()
             for worker in world.workers:
                 worker.stop()
