@@ -24,5 +24,6 @@ VOLUME /var/lib/pairstream
 EXPOSE 6066
 
 # Point PAIRSTREAM_BROKER at your cluster: -e PAIRSTREAM_BROKER=kafka://broker:9092
+# and tell other workers where this one is: -e PAIRSTREAM_WEB_CANONICAL_URL=http://<pod ip>:6066
 # Spark jobs from the same image: docker run IMAGE python -m analytics all [--master spark://…]
 CMD ["faust", "-A", "app", "worker", "-l", "info"]

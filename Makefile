@@ -4,12 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast fault-test fault-matrix setup broker stop clean generate lint
+.PHONY: demo test test-fast fault-test fault-matrix setup browser broker stop clean generate lint
 
 demo: setup            ## run the main job: broker, worker, generated stream, summary
 	$(PY) -m tools.demo
 
-test: setup            ## run every test (starts a broker if none is running)
+test: setup browser    ## run every test (starts a broker if none is running)
 	$(PY) -m pytest
 
 test-fast: setup       ## unit tests only: no broker
@@ -30,6 +30,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+browser:               ## headless Chromium for the dashboard test (Debian's package)
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] \
+	  && apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; } \
+	  || { echo "install Debian's chromium package: apt-get install chromium" >&2; exit 1; }
 
 broker: setup          ## start the local broker on 127.0.0.1:9092
 	$(PY) -m tools.broker start

@@ -8,7 +8,6 @@ from typing import Any
 from app.exactly_once import events_once, exactly_once
 from app.faust_app import app
 from app.settings import settings
-from app.stats import stats
 from app.topics import dead_letters, events, keyed_events
 from pairing.events import Rejection, parse_event
 from pairing.records import Source, dead_letter_record, encode_keyed_event
@@ -26,15 +25,16 @@ async def ingest(stream: Any) -> None:
         raw: bytes | None = message.value
         source = Source(message.topic, message.partition, message.offset)
         async with exactly_once(app, event) as step:
+            step.count("events_in")
             parsed = parse_event(raw, conf.max_event_bytes)
             if isinstance(parsed, Rejection):
-                stats.count("dead_lettered")
+                step.count("dead_lettered")
                 step.send(
                     dlq_topic, message.key, dead_letter_record(parsed.reason, raw, source), None
                 )
                 continue
             assert raw is not None  # a valid event has a body
-            stats.count("valid")
+            step.count("valid")
             partition = partition_for(parsed.key, conf.partitions)
             step.send(
                 keyed_topic, parsed.key.encode(), encode_keyed_event(parsed, raw, source), partition

@@ -10,7 +10,6 @@ from typing import Any
 from app.exactly_once import Step, events_once, exactly_once
 from app.faust_app import app
 from app.settings import settings
-from app.stats import stats
 from app.topics import dead_letters, keyed_events, pairs, unpaired
 from pairing.events import format_time
 from pairing.records import (
@@ -21,7 +20,15 @@ from pairing.records import (
     pair_record,
     unpaired_record,
 )
-from pairing.rules import Conflict, Duplicate, Outcome, Paired, PairingPartition, Unpaired
+from pairing.rules import (
+    Conflict,
+    Duplicate,
+    Outcome,
+    Paired,
+    PairingPartition,
+    PendingSummary,
+    Unpaired,
+)
 from tables.pairing_state import PartitionState
 
 conf = settings()
@@ -44,6 +51,11 @@ def engine_for(partition: int) -> tuple[PairingPartition, PartitionState]:
     return engines[partition]
 
 
+def pending_by_partition() -> dict[int, tuple[PendingSummary, int | None]]:
+    """Pending events and stream time of each partition whose engine is loaded."""
+    return {p: (engine.pending(), engine.stream_time_us) for p, (engine, _) in engines.items()}
+
+
 @app.agent(keyed_events)
 async def pair(stream: Any) -> None:
     async for event in events_once(app, stream):
@@ -55,9 +67,11 @@ async def pair(stream: Any) -> None:
             value = event.message.value
             assert value is not None  # written by ingest or the tick timer, never empty
             if value == TICK:
+                step.count("ticks")
                 outcomes: list[Outcome] = engine.expire_waiting(now)
                 keyed = None
             else:
+                step.count("events_in")
                 keyed = decode_keyed_event(value)
                 outcomes = engine.process(keyed.event, now)
             if engine.stream_time_us is not None and engine.stream_time_us != stream_time:
@@ -69,18 +83,18 @@ def publish(outcomes: list[Outcome], keyed: KeyedEvent | None, step: Step, now: 
     for outcome in outcomes:
         key = outcome.key.encode()
         if isinstance(outcome, Paired):
-            stats.count("pairs")
+            step.count("pairs")
             paired_at = format_time(datetime.fromtimestamp(now, UTC))
             step.send(pairs.get_topic_name(), key, pair_record(outcome, paired_at), None)
         elif isinstance(outcome, Unpaired):
-            stats.count(f"unpaired_{outcome.reason}")
+            step.count(outcome.reason)
             step.send(unpaired.get_topic_name(), key, unpaired_record(outcome), None)
         elif isinstance(outcome, Conflict):
             assert keyed is not None  # only an arriving event conflicts
-            stats.count("conflicts")
+            step.count("conflicts")
             step.send(dead_letters.get_topic_name(), key, conflict_record(outcome, keyed), None)
         elif isinstance(outcome, Duplicate):
-            stats.count("duplicates")
+            step.count("duplicates")
 
 
 @app.timer(interval=conf.tick_interval_seconds, on_leader=True)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -70,7 +72,12 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
 
     async def _commit_tps(self, tps: Any, start_new_transaction: bool) -> bool:
         async with _processing:
+            tps = list(tps)
+            before = {tp: self._committed_offset.get(tp) for tp in tps}
             result: bool = await super()._commit_tps(tps, start_new_transaction)
+            if result:
+                moved = [tp for tp in tps if self._committed_offset.get(tp) != before[tp]]
+                stats.committed(moved, time.time())
             return result
 
     async def _close_steps(self) -> None:
@@ -130,17 +137,22 @@ class DeliveryFailed(RuntimeError):
 
 
 class Step:
-    """The records one event causes; sent together with its ack."""
+    """The records one event causes, sent together with its ack, and what the
+    event counted as (counted only once it is acked)."""
 
-    __slots__ = ("records",)
+    __slots__ = ("counts", "records")
 
     def __init__(self) -> None:
         self.records: list[tuple[str, bytes | None, bytes | None, int | None]] = []
+        self.counts: Counter[str] = Counter()
 
     def send(
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None
     ) -> None:
         self.records.append((topic, key, value, partition))
+
+    def count(self, name: str) -> None:
+        self.counts[name] += 1
 
 
 async def events_once(app: AppT, stream: Any) -> AsyncIterator[EventT[Any]]:
@@ -206,6 +218,7 @@ async def exactly_once(app: AppT, event: EventT[Any]) -> AsyncIterator[Step]:
                 delivery.add_done_callback(_crash_on_failure(app))
             event.ack()
             _last_processed[tp] = event.message.offset
+        stats.processed(tp, step.counts, time.time())
         completed = True
     finally:
         if not completed:

@@ -43,8 +43,12 @@ def create_app() -> PairstreamApp:
         stream_wait_empty=True,
         web_host=conf.web_host,
         web_port=conf.web_port,
+        canonical_url=conf.web_canonical_url or f"http://{conf.web_host}:{conf.web_port}",
         web_in_thread=False,
-        debug=False,
+        # Raw table data and the cluster's topology only when debugging.
+        debug=conf.debug,
+        web_tables_enabled=conf.debug,
+        web_router_enabled=conf.debug,
         autodiscover=False,
     )
 

@@ -61,8 +61,14 @@ class Settings(BaseSettings):
     )
     standby_replicas: int = Field(0, ge=0, description="warm copies of each table partition")
     data_dir: Path = Field(ROOT / ".run" / "worker", description="RocksDB state and worker files")
-    web_port: int = 6066
-    web_host: str = "127.0.0.1"
+    web_port: int = Field(6066, description="this worker's stats, metrics and dashboard")
+    web_host: str = Field("127.0.0.1", description="interface the web server binds to")
+    web_canonical_url: str | None = Field(
+        None, description="URL other workers reach this one at; default http://web_host:web_port"
+    )
+    debug: bool = Field(
+        False, description="also serve faust's raw table dumps (/table), graph and sensor pages"
+    )
 
     # Analytics (Spark jobs)
     lake_dir: Path = Field(ROOT / ".run" / "lake", description="Delta tables and checkpoints")

@@ -1,16 +1,66 @@
-"""Counters of what the agents did, per process."""
+"""What this worker process has done since it started: counters per source
+partition, throughput, commit times. Updated once per acked event (a few dict
+increments), read by the web views."""
 
 from __future__ import annotations
 
-from collections import Counter
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+
+from faust.types import TP
+
+
+class Throughput:
+    """Events per second over the last 1, 10 or 60 whole seconds: one bucket
+    per second of a rolling minute, so adding is O(1)."""
+
+    SPAN = 60
+
+    def __init__(self) -> None:
+        self._counts = [0] * self.SPAN
+        self._seconds = [-1] * self.SPAN  # which second each bucket counts
+
+    def add(self, n: int, now: float) -> None:
+        second = int(now)
+        slot = second % self.SPAN
+        if self._seconds[slot] != second:
+            self._seconds[slot] = second
+            self._counts[slot] = 0
+        self._counts[slot] += n
+
+    def rate(self, window: int, now: float) -> float:
+        """Mean rate over the `window` whole seconds before the current one."""
+        assert 0 < window <= self.SPAN
+        current = int(now)
+        first = current - window
+        total = sum(
+            count
+            for count, second in zip(self._counts, self._seconds, strict=True)
+            if first <= second < current
+        )
+        return total / window
 
 
 class Stats:
     def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
+        self.started_at = time.time()
+        self.partitions: defaultdict[TP, Counter[str]] = defaultdict(Counter)
+        self.process: Counter[str] = Counter()  # not tied to a partition (e.g. skips)
+        self.throughput: defaultdict[str, Throughput] = defaultdict(Throughput)  # by topic
+        self.last_commit_at: dict[TP, float] = {}
+
+    def processed(self, tp: TP, counts: Counter[str], now: float) -> None:
+        """An event of tp was acked with its records; `counts` says what it was."""
+        self.partitions[tp].update(counts)
+        self.throughput[tp.topic].add(1, now)
 
     def count(self, name: str, n: int = 1) -> None:
-        self.counts[name] += n
+        self.process[name] += n
+
+    def committed(self, tps: Iterable[TP], now: float) -> None:
+        for tp in tps:
+            self.last_commit_at[tp] = now
 
 
 stats = Stats()

@@ -125,6 +125,13 @@ class _Indexes:
             heapq.heappush(self.by_settled_at, (state.settled_at_us, key))
 
 
+@dataclass(frozen=True, slots=True)
+class PendingSummary:
+    count: int
+    oldest_time_us: int | None  # event time of the oldest pending event
+    first_waiting_since: float | None  # wall clock: arrival of the longest-waiting one
+
+
 class PairingPartition:
     """The rule engine for one partition of the keyed event stream."""
 
@@ -135,6 +142,7 @@ class PairingPartition:
         self._config = config
         self.stream_time_us = stream_time_us
         self._indexes = _Indexes()
+        self._pending_count = 0
 
     @classmethod
     def load(
@@ -144,7 +152,32 @@ class PairingPartition:
         engine = cls(store, config, stream_time_us)
         for key, state in store.items():
             engine._indexes.track(key, state)
+            engine._pending_count += state.pending is not None
         return engine
+
+    def pending(self) -> PendingSummary:
+        """How many events wait for a partner, and the oldest of them. Drops
+        stale index entries it meets on top (amortised O(1))."""
+        by_time = self._indexes.by_event_time
+        while by_time and not self._is_pending(by_time[0][1]):
+            heapq.heappop(by_time)
+        by_wait = self._indexes.by_waiting_since
+        while by_wait and not self._waits_since(by_wait[0][1], by_wait[0][0]):
+            heapq.heappop(by_wait)
+        return PendingSummary(
+            self._pending_count,
+            by_time[0][0] if by_time else None,
+            by_wait[0][0] if by_wait else None,
+        )
+
+    def _is_pending(self, key: str) -> bool:
+        state = self._store.get(key)
+        return state is not None and state.pending is not None
+
+    def _waits_since(self, key: str, waiting_since: float) -> bool:
+        state = self._store.get(key)
+        pending = state.pending if state is not None else None
+        return pending is not None and pending.waiting_since == waiting_since
 
     def process(self, event: Event, now: float) -> list[Outcome]:
         """Apply the rules to one valid event; `now` is the wall clock in seconds."""
@@ -184,10 +217,10 @@ class PairingPartition:
         deadline = now - self._config.max_wait_s
         while heap and heap[0][0] < deadline:
             waiting_since, key = heapq.heappop(heap)
-            state = self._store.get(key)
-            pending = state.pending if state is not None else None
-            if state is not None and pending is not None and pending.waiting_since == waiting_since:
-                outcomes.append(self._expire(key, state, pending))
+            if self._waits_since(key, waiting_since):
+                state = self._store.get(key)
+                assert state is not None and state.pending is not None
+                outcomes.append(self._expire(key, state, state.pending))
         return outcomes
 
     def _pair_or_wait(
@@ -198,7 +231,9 @@ class PairingPartition:
         partner = base.pending
         if partner is None:
             self._save(event.key, replace(base, seen=seen, pending=arriving, settled_at_us=None))
+            self._pending_count += 1
             return None
+        self._pending_count -= 1
         self._save(
             event.key,
             replace(base, seen=seen, pending=None, paired=True, settled_at_us=self.stream_time_us),
@@ -220,6 +255,7 @@ class PairingPartition:
 
     def _expire(self, key: str, state: KeyState, expiring: PendingEvent) -> Unpaired:
         self._save(key, replace(state, pending=None, settled_at_us=self.stream_time_us))
+        self._pending_count -= 1
         return Unpaired(key, expiring, "expired")
 
     def _conflict(

@@ -1,12 +1,15 @@
 """A local Apache Kafka broker (KRaft) from jars that Maven resolves.
 
-    python -m tools.broker start [--nodes 3] [--name cluster] [--port 9292]
+    python -m tools.broker start [--nodes 3] [--name cluster] [--port 9292] [--dedicated-controller]
                                                resolve jars once, format, start, wait until healthy
     python -m tools.broker status              exit 0 when every node answers
     python -m tools.broker stop [--kill]       SIGTERM (or SIGKILL) every node
     python -m tools.broker clean               stop and delete all broker data
 
-Node i listens on 127.0.0.1:(port + 2(i-1)), its controller on the next port.
+Node i listens on 127.0.0.1:(port + 2(i-1)), its controller on the next port. Each
+node is broker and controller, unless the cluster has a dedicated controller: then
+nodes 1..n are brokers only and node n+1 is the only controller (the metadata
+quorum), so brokers can be killed without touching the quorum.
 Data, logs and pid files live in .run/<name>/ (default .run/kafka, git-ignored);
 a single broker and a cluster can run side by side under different names.
 """
@@ -41,10 +44,23 @@ class Node:
     node_id: int
     port: int
     name: str = "kafka"
+    roles: str = "broker,controller"
 
     @property
     def controller_port(self) -> int:
         return self.port + 1
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles
+
+    @property
+    def listening_port(self) -> int:
+        return self.port if self.is_broker else self.controller_port
 
     @property
     def home(self) -> Path:
@@ -59,12 +75,17 @@ class Node:
         return self.home / "broker.log"
 
 
-def cluster(nodes: int, port: int, name: str = "kafka") -> list[Node]:
-    return [Node(i, port + 2 * (i - 1), name) for i in range(1, nodes + 1)]
+def cluster(
+    nodes: int, port: int, name: str = "kafka", dedicated_controller: bool = False
+) -> list[Node]:
+    if not dedicated_controller:
+        return [Node(i, port + 2 * (i - 1), name) for i in range(1, nodes + 1)]
+    brokers = [Node(i, port + 2 * (i - 1), name, "broker") for i in range(1, nodes + 1)]
+    return [*brokers, Node(nodes + 1, port + 2 * nodes, name, "controller")]
 
 
 def bootstrap_servers(nodes: list[Node]) -> str:
-    return ",".join(f"127.0.0.1:{n.port}" for n in nodes)
+    return ",".join(f"127.0.0.1:{n.port}" for n in nodes if n.is_broker)
 
 
 def resolve_jars() -> None:
@@ -72,16 +93,22 @@ def resolve_jars() -> None:
 
 
 def properties(node: Node, nodes: list[Node]) -> str:
-    voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
-    replicas = len(nodes)
+    voters = ",".join(
+        f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes if n.is_controller
+    )
+    replicas = sum(n.is_broker for n in nodes)
     min_isr = min(2, replicas)
+    listeners = [
+        *([f"PLAINTEXT://127.0.0.1:{node.port}"] if node.is_broker else []),
+        *([f"CONTROLLER://127.0.0.1:{node.controller_port}"] if node.is_controller else []),
+    ]
+    broker_lines = f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}\n" * node.is_broker
     return f"""\
-process.roles=broker,controller
+process.roles={node.roles}
 node.id={node.node_id}
 controller.quorum.voters={voters}
-listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}
-controller.listener.names=CONTROLLER
+listeners={",".join(listeners)}
+{broker_lines}controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 log.dirs={node.home / "data"}
@@ -126,7 +153,9 @@ def _exited(pid: int) -> bool:
     return reaped == pid
 
 
-def start(nodes: list[Node], timeout: float) -> None:
+def start(nodes: list[Node], timeout: float, cluster: list[Node] | None = None) -> None:
+    """Start the nodes that are not running; `cluster` is the whole cluster when
+    only some of its nodes are (re)started."""
     resolve_jars()
     run = RUNS / nodes[0].name
     cluster_id_file = run / "cluster-id"
@@ -139,7 +168,7 @@ def start(nodes: list[Node], timeout: float) -> None:
             continue
         node.home.mkdir(parents=True, exist_ok=True)
         config = node.home / "server.properties"
-        config.write_text(properties(node, nodes))
+        config.write_text(properties(node, cluster or nodes))
         if not (node.home / "data" / "meta.properties").exists():
             subprocess.run(
                 # "--cluster-id=" form: a random id may start with "-".
@@ -180,8 +209,8 @@ def wait_healthy(nodes: list[Node], timeout: float) -> None:
 
 
 async def _cluster_answers(nodes: list[Node]) -> bool:
-    """True when every node has registered with the controller."""
-    if not all(_port_open(n.port) for n in nodes):
+    """True when every broker has registered with the controller."""
+    if not all(_port_open(n.listening_port) for n in nodes):
         return False
     from aiokafka.admin import AIOKafkaAdminClient
 
@@ -189,7 +218,7 @@ async def _cluster_answers(nodes: list[Node]) -> bool:
     try:
         await admin.start()
         description = await admin.describe_cluster()
-        return len(description["brokers"]) == len(nodes)
+        return len(description["brokers"]) == sum(n.is_broker for n in nodes)
     except Exception:
         return False
     finally:
@@ -222,13 +251,21 @@ def all_nodes(name: str) -> list[Node]:
     for home in sorted((RUNS / name).glob("node-*")):
         config = home / "server.properties"
         if config.exists():
-            port = next(
-                int(line.rsplit(":", 1)[1])
-                for line in config.read_text().splitlines()
-                if line.startswith("advertised.listeners=")
+            lines = dict(
+                line.split("=", 1) for line in config.read_text().splitlines() if "=" in line
             )
-            found.append(Node(int(home.name.split("-")[1]), port, name))
+            roles = lines["process.roles"]
+            # The first listener: PLAINTEXT on a broker, CONTROLLER (port + 1) otherwise.
+            port = int(lines["listeners"].split(",")[0].rsplit(":", 1)[1])
+            port -= "broker" not in roles
+            found.append(Node(int(home.name.split("-")[1]), port, name, roles))
     return found
+
+
+def clean(name: str) -> None:
+    """Stop every node of the named cluster and delete all its data."""
+    stop(all_nodes(name), hard=True)
+    shutil.rmtree(RUNS / name, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -244,9 +281,14 @@ def main(argv: list[str] | None = None) -> None:
         "--port", type=int, default=int(os.environ.get("PAIRSTREAM_BROKER_PORT", 9092))
     )
     parser.add_argument("--kill", action="store_true", help="stop with SIGKILL")
+    parser.add_argument(
+        "--dedicated-controller",
+        action="store_true",
+        help="brokers only on the --nodes, plus one node that is the controller",
+    )
     parser.add_argument("--timeout", type=float, default=90.0)
     args = parser.parse_args(argv)
-    nodes = cluster(args.nodes, args.port, args.name)
+    nodes = cluster(args.nodes, args.port, args.name, args.dedicated_controller)
     if args.command == "resolve":
         resolve_jars()
     elif args.command == "start":
@@ -259,8 +301,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{'healthy' if healthy else 'down'}: {bootstrap_servers(running) or 'no nodes'}")
         sys.exit(0 if healthy else 1)
     elif args.command == "clean":
-        stop(all_nodes(args.name), hard=True)
-        shutil.rmtree(RUNS / args.name, ignore_errors=True)
+        clean(args.name)
 
 
 if __name__ == "__main__":

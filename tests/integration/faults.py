@@ -69,9 +69,11 @@ def kill_broker(at: float, nodes: list[local_broker.Node], restart: bool) -> Fau
     return Fault(at, f"kill -9 broker {ids}{' and restart' if restart else ''} @{at:.0%}", act)
 
 
-def start_broker(at: float, nodes: list[local_broker.Node]) -> Fault:
+def start_broker(
+    at: float, nodes: list[local_broker.Node], cluster: list[local_broker.Node]
+) -> Fault:
     async def act(world: World) -> None:
-        await asyncio.to_thread(local_broker.start, nodes, 180)
+        await asyncio.to_thread(local_broker.start, nodes, 180, cluster)
 
     ids = ",".join(str(n.node_id) for n in nodes)
     return Fault(at, f"restart broker {ids} @{at:.0%}", act)

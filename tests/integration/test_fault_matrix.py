@@ -41,8 +41,11 @@ CLUSTER_PORT = int(os.environ.get("PAIRSTREAM_TEST_CLUSTER_PORT", "9292"))
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[list[local_broker.Node]]:
-    """Three KRaft brokers: replication factor 3, min.insync.replicas 2."""
-    nodes = local_broker.cluster(3, CLUSTER_PORT, name="cluster")
+    """Three KRaft brokers (replication factor 3, min.insync.replicas 2) and a
+    dedicated controller. With combined broker+controller nodes, a voter killed
+    with SIGKILL and restarted made the other two crash (docs/fault-matrix.md)."""
+    local_broker.clean("cluster")  # a fresh cluster: no state from earlier sessions
+    nodes = local_broker.cluster(3, CLUSTER_PORT, name="cluster", dedicated_controller=True)
     local_broker.start(nodes, timeout=180)
     yield nodes
     local_broker.stop(nodes, hard=False)
@@ -91,7 +94,7 @@ async def test_cluster_loses_a_broker(cluster: list[local_broker.Node], tmp_path
         bootstrap, tmp_path, PAIRSTREAM_REPLICATION_FACTOR="3", PAIRSTREAM_PARTITIONS="8"
     ).create_topics()
     victim = [cluster[1]]
-    faults = [kill_broker(0.3, victim, restart=False), start_broker(0.65, victim)]
+    faults = [kill_broker(0.3, victim, restart=False), start_broker(0.65, victim, cluster)]
     await check("3-broker cluster, one killed", pipeline, faults)
 
 

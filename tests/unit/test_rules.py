@@ -12,6 +12,7 @@ from pairing.rules import (
     Paired,
     PairingConfig,
     PairingPartition,
+    PendingSummary,
     Unpaired,
 )
 from tests.reference_model import Expected, ModelPartition
@@ -126,6 +127,23 @@ def test_reloaded_engine_carries_on_where_the_old_one_stopped() -> None:
     assert isinstance(expired, Unpaired) and expired.event.type == "A"
 
 
+def test_pending_summary_counts_and_finds_the_oldest_and_longest_waiting() -> None:
+    pairing, _ = engine()
+    assert pairing.pending() == PendingSummary(0, None, None)
+    pairing.process(event("A", 2), NOW)
+    pairing.process(event("A", 1), NOW + 5)  # older event time, arrived later
+    pairing.process(event("B", 3), NOW + 9)
+    summary = pairing.pending()
+    assert summary.count == 3
+    assert summary.oldest_time_us == event("A", 1).time_us
+    assert summary.first_waiting_since == NOW
+    pairing.process(event("B", 2), NOW + 10)  # pairs the first A
+    summary = pairing.pending()
+    assert (summary.count, summary.first_waiting_since) == (2, NOW + 5)
+    pairing.process(event("A", 9), NOW + 11)  # stream time 9: minute 1 and 3 expire
+    assert pairing.pending() == PendingSummary(1, event("A", 9).time_us, NOW + 11)
+
+
 # --- property: the engine agrees with the naive reference model ----------------
 
 events_strategy = st.lists(
@@ -170,6 +188,10 @@ def test_engine_matches_reference_model(steps: list[tuple[str, int, int, bool]])
     got.pending = {s.pending.identity for s in store.data.values() if s.pending}
     want.pending = {k.pending.identity for k in model.keys.values() if k.pending}
     assert got == want
+    pending_states = [s for s in store.data.values() if s.pending]
+    summary = pairing.pending()
+    assert summary.count == len(want.pending)
+    assert summary.oldest_time_us == min((s.time_us for s in pending_states), default=None)
     # Every distinct event ends in exactly one place, or is still pending.
     places: Counter[str] = Counter(got.pending)
     for pair_key in got.pairs:

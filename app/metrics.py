@@ -1,0 +1,120 @@
+"""GET /metrics: faust-streaming's Prometheus sensor (names prefixed `faust_`)
+and our own metrics (prefixed `pairstream_`), in one registry.
+
+Ours are read from `worker_status()` at scrape time, so the event path only
+bumps plain counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from faust.sensors.prometheus import setup_prometheus_sensors
+from faust.types import AppT
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from app.worker_status import worker_status
+
+# Our counter name -> (metric family, help, extra labels).
+COUNTERS: dict[str, tuple[str, str, dict[str, str]]] = {
+    "events_in": ("pairstream_events_in", "Input records processed (ticks excluded)", {}),
+    "valid": ("pairstream_valid_events", "Events that passed validation", {}),
+    "dead_lettered": ("pairstream_dead_lettered_events", "Invalid events sent to the DLQ", {}),
+    "duplicates": ("pairstream_duplicate_events", "Events already seen, dropped", {}),
+    "conflicts": ("pairstream_conflicting_events", "Events that conflict with a key's state", {}),
+    "pairs": ("pairstream_pairs", "Pairs published", {}),
+    "expired": ("pairstream_unpaired_events", "Events published unpaired", {"reason": "expired"}),
+    "late": ("pairstream_unpaired_events", "Events published unpaired", {"reason": "late"}),
+}
+PARTITION_GAUGES: dict[str, tuple[str, str]] = {
+    "committed_offset": ("pairstream_committed_offset", "Offset committed for the group"),
+    "end_offset": ("pairstream_end_offset", "Last stable offset of the partition"),
+    "lag": ("pairstream_consumer_lag_records", "End offset minus committed offset"),
+}
+PENDING_GAUGES: dict[str, tuple[str, str]] = {
+    "count": ("pairstream_pending_events", "Events waiting for a partner"),
+    "oldest_age_seconds": (
+        "pairstream_oldest_pending_age_seconds",
+        "Stream time minus the event time of the oldest pending event",
+    ),
+}
+
+
+class WorkerCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        status = worker_status()
+        yield from _partition_metrics(status["partitions"])
+        worker = status["worker"]
+        for name, help_text in [
+            ("uptime_seconds", "Seconds since this worker process started"),
+            ("resident_memory_bytes", "Resident memory of this worker process"),
+            ("state_disk_bytes", "Size of the local RocksDB state on disk"),
+        ]:
+            yield GaugeMetricFamily(f"pairstream_{name}", help_text, value=worker[name])
+        throughput = GaugeMetricFamily(
+            "pairstream_throughput_events_per_second",
+            "Events processed per second over a window",
+            labels=["topic", "window"],
+        )
+        for topic, rates in worker["throughput"].items():
+            for window, rate in rates.items():
+                throughput.add_metric([topic, window], rate)
+        yield throughput
+        skipped = CounterMetricFamily(
+            "pairstream_skipped_records",
+            "Records not processed, to be consumed again (see docs/exactly-once.md)",
+            labels=["reason"],
+        )
+        for name, count in worker["skipped"].items():
+            skipped.add_metric([name.removeprefix("skipped_")], count)
+        yield skipped
+
+
+def _partition_metrics(partitions: list[dict[str, Any]]) -> Iterator[Metric]:
+    families: dict[str, Any] = {}
+
+    def family(
+        kind: type[CounterMetricFamily | GaugeMetricFamily],
+        name: str,
+        help_text: str,
+        labels: list[str],
+    ) -> Any:
+        if name not in families:
+            families[name] = kind(name, help_text, labels=labels)
+        return families[name]
+
+    for entry in (p for p in partitions if p["role"] == "active"):
+        where = [entry["topic"], str(entry["partition"])]
+        for counter, count in entry["counters"].items():
+            name, help_text, extra = COUNTERS[counter]
+            labels = ["topic", "partition", *extra]
+            family(CounterMetricFamily, name, help_text, labels).add_metric(
+                [*where, *extra.values()], count
+            )
+        for field, (name, help_text) in PARTITION_GAUGES.items():
+            if entry[field] is not None:
+                gauge = family(GaugeMetricFamily, name, help_text, ["topic", "partition"])
+                gauge.add_metric(where, entry[field])
+        recovering = family(
+            GaugeMetricFamily,
+            "pairstream_partition_recovering",
+            "1 while the partition's tables are being restored",
+            ["topic", "partition"],
+        )
+        recovering.add_metric(where, int(entry["recovering"]))
+        for field, (name, help_text) in PENDING_GAUGES.items():
+            value = (entry.get("pending") or {}).get(field)
+            if value is not None:
+                family(GaugeMetricFamily, name, help_text, ["partition"]).add_metric(
+                    [str(entry["partition"])], value
+                )
+    yield from families.values()
+
+
+def setup_metrics(app: AppT) -> None:
+    registry = CollectorRegistry()
+    registry.register(WorkerCollector())
+    setup_prometheus_sensors(app, pattern="/metrics", registry=registry, name_prefix="faust")

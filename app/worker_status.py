@@ -1,0 +1,151 @@
+"""This worker's status as plain data: what /stats, /metrics and the dashboard show.
+
+Counters are this process's since it started (a restarted worker starts at
+zero); offsets, lag and pending state are read live from the consumer and the
+rule engines.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+from agents.pairing import pending_by_partition
+from app.faust_app import app
+from app.settings import settings
+from app.stats import stats
+from pairing.events import format_time
+from pairing.rules import MICROS
+from tables.pairing_state import table
+
+conf = settings()
+
+# What an event of each source topic can count as, so zeros show too.
+COUNTERS = {
+    conf.events_topic: ("events_in", "valid", "dead_lettered"),
+    conf.keyed_topic: ("events_in", "duplicates", "conflicts", "pairs", "expired", "late"),
+}
+# Each total sums one counter over the partitions of one topic (the keyed topic's
+# events_in repeats the valid events, so it is left out).
+TOTALS = {name: topic for topic, names in reversed(COUNTERS.items()) for name in names}
+THROUGHPUT_WINDOWS = (1, 10, 60)
+
+
+def worker_status() -> dict[str, Any]:
+    now = time.time()
+    partitions = [*_active_partitions(now), *_standby_partitions()]
+    return {
+        "worker": {
+            "url": str(app.conf.canonical_url),
+            "uptime_seconds": round(now - stats.started_at, 3),
+            "recovering": bool(app.in_recovery),
+            "resident_memory_bytes": _resident_memory(),
+            "state_disk_bytes": _disk_usage(Path(app.conf.tabledir)),
+            "throughput": {
+                topic: {f"{w}s": rate.rate(w, now) for w in THROUGHPUT_WINDOWS}
+                for topic, rate in sorted(stats.throughput.items())
+            },
+            "skipped": dict(stats.process),
+        },
+        "totals": totals(partitions),
+        "partitions": partitions,
+    }
+
+
+def totals(partitions: list[dict[str, Any]]) -> dict[str, int]:
+    """Sums over the active partitions: counters, pending events and lag."""
+    active = [p for p in partitions if p["role"] == "active"]
+    sums = {
+        name: sum(p["counters"][name] for p in active if p["topic"] == topic)
+        for name, topic in TOTALS.items()
+    }
+    sums["pending"] = sum((p.get("pending") or {}).get("count", 0) for p in active)
+    sums["lag"] = sum(p["lag"] or 0 for p in active)
+    return sums
+
+
+def _active_partitions(now: float) -> Iterator[dict[str, Any]]:
+    consumer = cast(Any, app.consumer)
+    pending = pending_by_partition()
+    for tp in sorted(app.assignor.assigned_actives()):
+        if tp.topic not in COUNTERS:
+            continue  # a table's changelog: shown through its keyed partition
+        counts = stats.partitions.get(tp) or Counter()
+        committed = consumer._committed_offset.get(tp)
+        end = consumer.highwater(tp)
+        last_commit = stats.last_commit_at.get(tp)
+        entry: dict[str, Any] = {
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "role": "active",
+            "recovering": bool(app.in_recovery),
+            "counters": {name: counts.get(name, 0) for name in COUNTERS[tp.topic]},
+            "committed_offset": committed,
+            "end_offset": end,
+            "lag": end - committed if end is not None and committed is not None else None,
+            "last_commit_at": _iso(last_commit) if last_commit is not None else None,
+        }
+        if tp.topic == conf.keyed_topic:
+            entry["pending"] = _pending(pending.get(tp.partition), now)
+        yield entry
+
+
+def _pending(loaded: Any, now: float) -> dict[str, Any] | None:
+    """None until the partition's rule engine is loaded (by its first event or tick)."""
+    if loaded is None:
+        return None
+    summary, stream_time_us = loaded
+    oldest_age = None
+    if summary.oldest_time_us is not None and stream_time_us is not None:
+        oldest_age = (stream_time_us - summary.oldest_time_us) / MICROS
+    return {
+        "count": summary.count,
+        "oldest_age_seconds": oldest_age,  # in stream time: what expiry measures
+        "longest_wait_seconds": (
+            None if summary.first_waiting_since is None else now - summary.first_waiting_since
+        ),
+        "stream_time": None if stream_time_us is None else _iso(stream_time_us / MICROS),
+    }
+
+
+def _standby_partitions() -> Iterator[dict[str, Any]]:
+    consumer = cast(Any, app.consumer)
+    changelog = table.changelog_topic.get_topic_name()
+    for tp in sorted(app.assignor.assigned_standbys()):
+        if tp.topic != changelog:
+            continue
+        yield {
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "role": "standby",
+            "recovering": bool(app.in_recovery),
+            "end_offset": consumer.highwater(tp),
+        }
+
+
+def _iso(seconds: float) -> str:
+    return format_time(datetime.fromtimestamp(seconds, UTC))
+
+
+def _resident_memory() -> int:
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except OSError:  # not Linux: the peak, which is what getrusage offers
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _disk_usage(directory: Path) -> int:
+    total = 0
+    for path in directory.rglob("*"):
+        try:
+            total += path.stat().st_size if path.is_file() else 0
+        except FileNotFoundError:  # RocksDB removed it (compaction) meanwhile
+            continue
+    return total
