@@ -7,6 +7,7 @@ Every error is JSON {"error": message, ...} with its status code.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from pathlib import Path
 from typing import Any, cast
 
@@ -17,7 +18,7 @@ from yarl import URL
 from app.faust_app import app
 from app.metrics import setup_metrics
 from app.settings import settings
-from app.worker_status import TOTALS, worker_status
+from app.worker_status import worker_status
 from pairing.events import Rejection, parse_timestamp
 from pairing.routing import partition_for
 from tables.pairing_state import PartitionState, table
@@ -53,13 +54,12 @@ async def cluster_stats(self: View, request: Request) -> Response:
         for entry in status["partitions"] if status else ():
             if entry["role"] == "active":
                 partitions.append({**entry, "worker": url})
-    reported = [(p["topic"], p["partition"]) for p in partitions]
+    reported = Counter((p["topic"], p["partition"]) for p in partitions)
     missing = sorted(_source_partitions() - set(reported))
-    twice = sorted({tp for tp in reported if reported.count(tp) > 1})
-    totals = {name: 0 for name in (*TOTALS, "pending", "lag")}
+    twice = sorted(tp for tp, times in reported.items() if times > 1)
+    totals: Counter[str] = Counter()
     for status, _ in answers:
-        for name, value in (status["totals"] if status else {}).items():
-            totals[name] += value
+        totals.update(status["totals"] if status else {})
     return self.json(
         {
             "complete": all(w["ok"] for w in workers) and not missing and not twice,

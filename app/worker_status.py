@@ -21,7 +21,7 @@ from app.faust_app import app
 from app.settings import settings
 from app.stats import stats
 from pairing.events import format_time
-from pairing.rules import MICROS
+from pairing.rules import MICROS, PendingSummary
 from tables.pairing_state import table
 
 conf = settings()
@@ -96,7 +96,7 @@ def _active_partitions(now: float) -> Iterator[dict[str, Any]]:
         yield entry
 
 
-def _pending(loaded: Any, now: float) -> dict[str, Any] | None:
+def _pending(loaded: tuple[PendingSummary, int | None] | None, now: float) -> dict[str, Any] | None:
     """None until the partition's rule engine is loaded (by its first event or tick)."""
     if loaded is None:
         return None

@@ -217,10 +217,10 @@ class PairingPartition:
         deadline = now - self._config.max_wait_s
         while heap and heap[0][0] < deadline:
             waiting_since, key = heapq.heappop(heap)
-            if self._waits_since(key, waiting_since):
-                state = self._store.get(key)
-                assert state is not None and state.pending is not None
-                outcomes.append(self._expire(key, state, state.pending))
+            state = self._store.get(key)
+            pending = state.pending if state is not None else None
+            if state is not None and pending is not None and pending.waiting_since == waiting_since:
+                outcomes.append(self._expire(key, state, pending))
         return outcomes
 
     def _pair_or_wait(
