@@ -16,7 +16,8 @@ test-fast: setup       ## unit tests only: no broker
 	$(PY) -m pytest tests/unit
 
 fault-test: setup     ## kill -9 a worker three times while 50k records flow (PAIRSTREAM_FAULT_SEED=n)
-	$(PY) -m pytest -m killtest -s tests/integration/test_faults.py
+	PAIRSTREAM_FAULT_EVENTS=50000 $(PY) -m pytest -m matrix -s -k worker_hard_kill \
+	  tests/integration/test_fault_matrix.py
 
 fault-matrix: setup   ## the six-scenario fault matrix (PAIRSTREAM_FAULT_MODE=long for 100k records)
 	$(PY) -m pytest -m matrix -s tests/integration/test_fault_matrix.py

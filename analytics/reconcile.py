@@ -95,8 +95,11 @@ def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
         marks = committed.where(F.col("topic") == topic).select("partition", "committed_offset")
         return table.join(marks, "partition").where(F.col("offset") < F.col("committed_offset"))
 
-    inputs = consumed(bronze("events"), topics["events"]).withColumn(
-        "p", _parse_input(conf.max_event_bytes)(F.col("value"))
+    # Cached: every check below reads the parsed inputs, and parsing is a Python UDF.
+    inputs = (
+        consumed(bronze("events"), topics["events"])
+        .withColumn("p", _parse_input(conf.max_event_bytes)(F.col("value")))
+        .cache()
     )
     keyed = consumed(bronze("keyed", KEYED), topics["keyed"]).where(F.col("r.key").isNotNull())
     horizon = keyed.groupBy(F.col("partition").alias("pairing_partition")).agg(
@@ -117,8 +120,9 @@ def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
     pairs = bronze("pairs", PAIR)
     unpaired = bronze("unpaired", UNPAIRED)
     dead_letters = bronze("dead_letters", DEAD_LETTER)
-    conflicts = dead_letters.where(F.col("r.reason").startswith("conflict"))
-    invalid_letters = dead_letters.where(~F.col("r.reason").startswith("conflict"))
+    is_conflict = F.col("r.reason").startswith("conflict")
+    conflicts = dead_letters.where(is_conflict)
+    invalid_letters = dead_letters.where(~is_conflict)
 
     # Each distinct pair record once; an exact copy is a duplicate pair, not two outputs.
     distinct_pairs = pairs.select("r.timestamp", "r.a_id", "r.b_id").distinct()
@@ -236,21 +240,34 @@ def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
         "dead_letter_unexplained",
         "nothing_consumed",
     ]
-    valid_count = valid.count()
-    distinct_count = valid_identities.count()
+    is_valid = F.col("p.valid")
+    of_inputs = inputs.agg(
+        F.count("*").alias("consumed"),
+        F.count(F.when(is_valid, 1)).alias("valid"),
+        F.count_distinct(F.when(is_valid, F.col("p.identity"))).alias("distinct_valid"),
+    ).first()
+    of_unpaired = unpaired.agg(
+        F.count(F.when(F.col("r.reason") == "expired", 1)).alias("expired"),
+        F.count(F.when(F.col("r.reason") == "late", 1)).alias("late"),
+    ).first()
+    of_letters = dead_letters.agg(
+        F.count(F.when(is_conflict, 1)).alias("conflicts"),
+        F.count(F.when(~is_conflict, 1)).alias("invalid"),
+    ).first()
+    assert of_inputs is not None and of_unpaired is not None and of_letters is not None
     counts = {
         "inputs_in_lake": bronze("events").count(),
-        "inputs_consumed": inputs.count(),
-        "valid": valid_count,
-        "distinct_valid": distinct_count,
-        "duplicates": valid_count - distinct_count,
-        "invalid": invalid_inputs.count(),
+        "inputs_consumed": of_inputs["consumed"],
+        "valid": of_inputs["valid"],
+        "distinct_valid": of_inputs["distinct_valid"],
+        "duplicates": of_inputs["valid"] - of_inputs["distinct_valid"],
+        "invalid": of_inputs["consumed"] - of_inputs["valid"],
         "settled": settled_identities.count(),
         "pairs": pairs.count(),
-        "unpaired_expired": unpaired.where("r.reason = 'expired'").count(),
-        "unpaired_late": unpaired.where("r.reason = 'late'").count(),
-        "conflicts": conflicts.count(),
-        "dead_letters_invalid": invalid_letters.count(),
+        "unpaired_expired": of_unpaired["expired"],
+        "unpaired_late": of_unpaired["late"],
+        "conflicts": of_letters["conflicts"],
+        "dead_letters_invalid": of_letters["invalid"],
     }
     # Inputs but no committed progress: a wrong app id or an ingest that never
     # recorded offsets. Checking nothing must not pass.
@@ -260,6 +277,7 @@ def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
     verdict = Verdict(counts, {kind: by_kind.get(kind, 0) for kind in kinds})
     _record(spark, lake, verdict, discrepancies)
     discrepancies.unpersist()
+    inputs.unpersist()
     return verdict
 
 

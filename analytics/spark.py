@@ -39,6 +39,10 @@ def spark_session(conf: Settings, app_name: str, master: str | None = None) -> S
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
+        # Delta rebuilds a table's snapshot from its log with this many tasks (default
+        # 50): on our small, often-appended tables that made every fresh read cost
+        # about 2.5 s instead of 0.5 s.
+        .config("spark.databricks.delta.snapshotPartitions", "4")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.executor.memory", "512m")
     )

@@ -8,6 +8,7 @@ import random
 import shutil
 import signal
 
+from tests.integration.harness import stop_workers
 from tests.integration.scenarios import Fault, World
 from tools import broker as local_broker
 
@@ -28,7 +29,7 @@ def kill_worker(at: float, index: int = 0, lose_local_state: bool = False) -> Fa
     return Fault(at, f"{name} {index} @{at:.0%}", act)
 
 
-def add_workers(at: float, count: int) -> Fault:
+def scale_out(at: float, count: int) -> Fault:
     async def act(world: World) -> None:
         for _ in range(count):
             world.add_worker()
@@ -36,10 +37,9 @@ def add_workers(at: float, count: int) -> Fault:
     return Fault(at, f"scale out +{count} @{at:.0%}", act)
 
 
-def stop_workers(at: float, indexes: list[int]) -> Fault:
+def scale_in(at: float, indexes: list[int]) -> Fault:
     async def act(world: World) -> None:
-        for index in indexes:
-            world.workers[index].stop()
+        await stop_workers([world.workers[index] for index in indexes])
 
     return Fault(at, f"scale in -{len(indexes)} @{at:.0%}", act)
 

@@ -73,6 +73,9 @@ class Pipeline:
         )
 
 
+STOP_GRACE_SECONDS = 30.0  # Kubernetes' default terminationGracePeriodSeconds
+
+
 class Worker:
     """`faust -A app worker` in its own process."""
 
@@ -127,19 +130,32 @@ class Worker:
         """SIGKILL; stays wanted, so a fault that kills it must start it again."""
         self._signal(signal.SIGKILL)
 
-    def stop(self, grace: float = 30.0) -> None:
-        """SIGTERM, then SIGKILL after a grace period, as Kubernetes does: faust
-        can hang on exit when a stop meets a rebalance (counted in forced_stops)."""
-        self.wanted = False
-        assert self.process is not None
-        if self.process.poll() is not None:
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """SIGTERM, then SIGKILL after a grace period (see `stop_workers`)."""
+        if not self._terminate():
             return
-        os.killpg(self.process.pid, signal.SIGTERM)
+        assert self.process is not None
         try:
             self.process.wait(timeout=grace)
         except subprocess.TimeoutExpired:
-            self.forced_stops += 1
-            self.kill()
+            self._force_stop()
+
+    def _terminate(self) -> bool:
+        """SIGTERM, if it runs; it is no longer wanted either way."""
+        self.wanted = False
+        assert self.process is not None
+        if self.process.poll() is not None:
+            return False
+        os.killpg(self.process.pid, signal.SIGTERM)
+        return True
+
+    def _force_stop(self) -> None:
+        self.forced_stops += 1
+        self.kill()
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def restart_if_exited(self) -> int | None:
         """What a supervisor (Kubernetes, systemd) does for a worker that exits:
@@ -157,6 +173,20 @@ class Worker:
         if self.process.poll() is None:
             os.killpg(self.process.pid, sig)
         self.process.wait(timeout=120)
+
+
+async def stop_workers(workers: list[Worker], grace: float = STOP_GRACE_SECONDS) -> None:
+    """SIGTERM all at once, then SIGKILL what still runs after the grace period, as
+    Kubernetes does: faust can hang on exit when a stop meets a rebalance (counted in
+    forced_stops). Stopping one after another would make each stop a rebalance for
+    the next, and block the event loop meanwhile."""
+    stopping = [worker for worker in workers if worker._terminate()]
+    deadline = time.monotonic() + grace
+    while any(w.running for w in stopping) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)  # polling the processes' exit
+    for worker in stopping:
+        if worker.running:
+            worker._force_stop()
 
 
 async def wait_for_outputs(reader: OutputReader, total: int, timeout: float) -> Outputs:

@@ -1,8 +1,9 @@
 """The fault matrix: six ways to break a worker or a broker mid-stream.
 
 Quick mode (default, CI): 20,000 records per scenario. Long mode
-(PAIRSTREAM_FAULT_MODE=long): 100,000. The seed comes from PAIRSTREAM_FAULT_SEED
-or at random, and is printed. Each report is appended to .run/fault-matrix.jsonl.
+(PAIRSTREAM_FAULT_MODE=long): 100,000. PAIRSTREAM_FAULT_EVENTS sets another count.
+The seed comes from PAIRSTREAM_FAULT_SEED or at random, and is printed. Each report
+is appended to .run/fault-matrix.jsonl.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ import pytest
 
 from tests.conftest import BROKER_PORT
 from tests.integration.faults import (
-    add_workers,
     kill_broker,
     kill_worker,
     pause_worker,
+    scale_in,
+    scale_out,
     start_broker,
-    stop_workers,
 )
 from tests.integration.harness import ROOT, Pipeline
 from tests.integration.scenarios import Fault, Report, run_scenario
@@ -33,7 +34,7 @@ from tools.generate import StreamShape, generate
 pytestmark = [pytest.mark.broker, pytest.mark.fault, pytest.mark.matrix]
 
 LONG = os.environ.get("PAIRSTREAM_FAULT_MODE", "quick") == "long"
-EVENTS = 100_000 if LONG else 20_000
+EVENTS = int(os.environ.get("PAIRSTREAM_FAULT_EVENTS", 100_000 if LONG else 20_000))
 RATE = 1_000.0 if LONG else 400.0  # events per second: faults strike while events flow
 SEED = int(os.environ.get("PAIRSTREAM_FAULT_SEED", random.randrange(1 << 30)))
 CLUSTER_PORT = int(os.environ.get("PAIRSTREAM_TEST_CLUSTER_PORT", "9292"))
@@ -72,7 +73,7 @@ async def test_worker_hard_kill(broker: str, tmp_path: Path) -> None:
 
 async def test_rebalance_with_standbys(broker: str, tmp_path: Path) -> None:
     pipeline = await Pipeline(broker, tmp_path, PAIRSTREAM_STANDBY_REPLICAS="1").create_topics()
-    faults = [add_workers(0.15, 2), kill_worker(0.4, index=1), stop_workers(0.65, [1, 2])]
+    faults = [scale_out(0.15, 2), kill_worker(0.4, index=1), scale_in(0.65, [1, 2])]
     await check("rebalance 1-3-1, kill one of three", pipeline, faults)
 
 
