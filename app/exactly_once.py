@@ -124,8 +124,9 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         # complete. It decides so when the fetch position has passed the highwater,
         # but records can be fetched and never handed to the recovery (a seek does
         # not reset faust's last-read filter; a batch is dropped when the flow or
-        # generation changes). A fault-matrix run lost 16 pairs that way: a worker
-        # resumed with committed pending events missing from its table. So answer
+        # generation changes). A fault-matrix run lost 16 pairs, by all signs that
+        # way: a worker resumed with committed pending events missing from its table
+        # after a restore that ended before any record reached it. So answer
         # "not there yet" while committed records after the last applied one exist,
         # and fetch them again.
         position: int | None = await super().position(tp)
