@@ -30,6 +30,7 @@ from aiokafka.errors import IllegalOperation
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, AppT, EventT
 
+from app.progress import Progress, Verdict
 from app.settings import settings
 from app.stats import stats
 
@@ -39,8 +40,8 @@ log = logging.getLogger(__name__)
 # commit from choosing offsets until the transaction is committed.
 _processing = asyncio.Lock()
 
-# The last offset processed per partition since it was assigned here.
-_last_processed: dict[TP, int] = {}
+# Per input partition assigned here: what has been processed (see app.progress).
+_progress: dict[TP, Progress] = {}
 
 # True from the start of a revocation or a stop until the next assignment. A
 # record delivered meanwhile belongs to the assignment being given up: it is not
@@ -115,7 +116,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         for tp in revoked:
             # A new assignment starts from the committed offset; anything after
             # it that was not committed was aborted, and must be processed again.
-            _last_processed.pop(tp, None)
+            _progress.pop(tp, None)
         await super().on_partitions_revoked(revoked)
 
     async def position(self, tp: TP) -> int | None:
@@ -155,9 +156,24 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         await super()._add_gap(tp, offset_from, offset_to - 1)
 
     async def perform_seek(self) -> None:
-        # Logged because records after the committed offset are delivered again.
         await super().perform_seek()
+        # Only from here on are records processed: before, they may come from
+        # wherever the fetcher stood, not from the committed offset.
+        for tp in self.assignment():
+            committed = self._committed_offset.get(tp)
+            _progress.setdefault(tp, Progress()).sought_to_committed(committed or 0)
         log.info("stream partitions sought to committed offsets")
+
+    def _new_offset(self, tp: TP) -> int | None:
+        offset: int | None = super()._new_offset(tp)
+        progress = _progress.get(tp)
+        limit = progress.next if progress is not None else None
+        if offset is not None and (limit is None or offset > limit):
+            # Never seen; it would commit records no step of this assignment processed.
+            log.error("commit of %s at %d refused: processed only up to %s", tp, offset, limit)
+            committed = self._committed_offset.get(tp)
+            return limit if limit is not None and limit > (committed or 0) else None
+        return offset
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
         global _closing
@@ -226,35 +242,44 @@ class Step:
 
 
 async def events_once(app: AppT, stream: Any) -> AsyncIterator[EventT[Any]]:
-    """The stream's events, each offset once per assignment, acked by `exactly_once`.
+    """The stream's events, each offset once and in order per assignment, acked by
+    `exactly_once`.
 
     Skipped, and never acked (an ack would let a commit pass their offset):
       * records of an assignment being revoked or stopped (see `_closing`), or that
-        arrive while tables are being restored;
-      * records at or before the last one processed in this assignment: faust
-        delivers the last-read record again when its fetcher restarts from the
-        committed position (its check is `offset >= last read`); processed
-        again, their outputs would commit twice;
-      * records before the committed offset, which some transaction holds.
+        arrive while tables are being restored, or before the partition has been
+        sought to its committed offset: all are delivered again after the seek;
+      * records at or before one already processed in this assignment, or below the
+        committed offset: faust delivers the last-read record again when its fetcher
+        restarts (its check is `offset >= last read`); processed again, their
+        outputs would commit twice;
+      * a record delivered while an earlier delivered one is still unprocessed: the
+        partition is sought back to the first unprocessed offset.
     The agent's body must not await before `exactly_once` takes its lock.
     """
     consumer = cast(Any, app.consumer)
     async for event in stream.noack().events():
         message = event.message
         tp = message.tp
+        progress = _progress.setdefault(tp, Progress())
+        reason: str
         if _closing:
             reason = "closing"
         elif app.in_recovery:
-            # Tables are still being restored. Recovery ends by seeking to the
-            # committed offsets, which delivers this record again.
             reason = "recovering"
-        elif message.offset <= _last_processed.get(tp, -1):
-            reason = "redelivered"
-        elif message.offset < (consumer._committed_offset.get(tp) or 0):
-            reason = "committed"
+            progress.skipped(message.offset)
         else:
-            yield event
-            continue
+            verdict = progress.verdict(message.offset)
+            if verdict is Verdict.PROCESS:
+                yield event
+                continue
+            reason = verdict.value
+            if verdict is not Verdict.REDELIVERED:
+                progress.skipped(message.offset)
+            if verdict is Verdict.OUT_OF_ORDER:
+                first = progress.must_seek_back()
+                if first is not None:
+                    await consumer.seek(tp, first)
         log.warning("skipped %s record %s@%d", reason, tp, message.offset)
         stats.count(f"skipped_{reason}")
         # Only faust's in-flight set holds it; `wait_empty` waits for that set.
@@ -278,16 +303,17 @@ async def exactly_once(app: AppT, event: EventT[Any]) -> AsyncIterator[Step]:
         yield step
         tp = event.message.tp
         tid = transactional_id(app, tp)
-        producer = faust_aiokafka.Producer._transaction_producers.get(tid)
-        if producer is None:
-            # Sending without the transaction would break exactly-once: stop instead.
-            raise DeliveryFailed(f"no open transaction {tid} for {tp}")
-        async with _processing, faust_aiokafka.Producer._trn_locks[tid]:
-            for topic, key, value, partition in step.records:
-                delivery = await producer.send(topic, value, key=key, partition=partition)
-                delivery.add_done_callback(_crash_on_failure(app))
-            event.ack()
-            _last_processed[tp] = event.message.offset
+        async with _processing:
+            producer = faust_aiokafka.Producer._transaction_producers.get(tid)
+            if producer is None:
+                # Sending without the transaction would break exactly-once: stop instead.
+                raise DeliveryFailed(f"no open transaction {tid} for {tp}")
+            async with faust_aiokafka.Producer._trn_locks[tid]:
+                for topic, key, value, partition in step.records:
+                    delivery = await producer.send(topic, value, key=key, partition=partition)
+                    delivery.add_done_callback(_crash_on_failure(app))
+                event.ack()
+                _progress[tp].processed(event.message.offset)
         stats.processed(tp, step.counts, time.time())
         completed = True
     finally:

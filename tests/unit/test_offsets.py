@@ -2,28 +2,42 @@
 
 from faust.types import TP
 
+from app import exactly_once
 from app.faust_app import app
+from app.progress import Progress
 
-KEYED = TP("keyed", 0)
+
+def processed_from(tp: TP, committed: int, offsets: list[int]) -> None:
+    """Set up what the consumer and the agents know after processing `offsets`."""
+    app.consumer._committed_offset[tp] = committed
+    progress = exactly_once._progress[tp] = Progress()
+    progress.sought_to_committed(committed)
+    for offset in offsets:
+        progress.processed(offset)
+        app.consumer._acked[tp].append(offset)
 
 
 async def test_a_commit_passes_every_transaction_marker_before_the_last_processed_record() -> None:
-    consumer = app.consumer
-    consumer._committed_offset[KEYED] = 100
+    tp = TP("keyed", 0)
     # Records at 100, 102 and 104; 101 and 103 are transaction markers. faust's
     # fetcher reports each gap as it meets the record that ends it.
-    for record in (100, 102, 104):
-        if record > 100:
-            await consumer._add_gap(KEYED, record - 1, record)
-        consumer._acked[KEYED].append(record)
-    assert consumer._new_offset(KEYED) == 105
+    await app.consumer._add_gap(tp, 101, 102)
+    await app.consumer._add_gap(tp, 103, 104)
+    processed_from(tp, 100, [100, 102, 104])
+    assert app.consumer._new_offset(tp) == 105
 
 
 async def test_a_record_that_ends_a_gap_is_not_committed_before_it_is_processed() -> None:
-    consumer = app.consumer
     tp = TP("keyed", 1)
-    consumer._committed_offset[tp] = 10
-    consumer._acked[tp].append(10)
-    await consumer._add_gap(tp, 11, 12)  # record 12 arrives after marker 11, not yet processed
-    consumer._acked[tp].append(13)  # ...while 13 is acked: 12 must hold the commit back
-    assert consumer._new_offset(tp) == 12
+    processed_from(tp, 10, [10])
+    await app.consumer._add_gap(tp, 11, 12)  # record 12 arrives after marker 11
+    exactly_once._progress[tp].processed(13)  # 13 acked while 12 is not
+    app.consumer._acked[tp].append(13)
+    assert app.consumer._new_offset(tp) == 12
+
+
+async def test_a_commit_never_passes_the_last_processed_record() -> None:
+    tp = TP("keyed", 2)
+    processed_from(tp, 50, [50, 51])
+    app.consumer._acked[tp].extend([52, 53])  # acks no step of this assignment made
+    assert app.consumer._new_offset(tp) == 52

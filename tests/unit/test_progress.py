@@ -1,0 +1,66 @@
+"""Which delivered records an agent processes, in what order, and when it seeks back."""
+
+from app.progress import Progress, Verdict
+
+
+def test_nothing_is_processed_before_the_seek_to_the_committed_offset() -> None:
+    progress = Progress()
+    assert progress.verdict(100) is Verdict.UNSOUGHT
+    progress.skipped(100)
+    progress.sought_to_committed(100)
+    assert progress.verdict(100) is Verdict.PROCESS
+
+
+def test_records_from_before_the_seek_cannot_jump_over_skipped_ones() -> None:
+    # 100..102 arrived before the seek and were skipped; 103, fetched before the seek
+    # too, arrives after it. Processing 103 would let the commit pass 100..102.
+    progress = Progress()
+    for offset in (100, 101, 102):
+        progress.skipped(offset)
+    progress.sought_to_committed(100)
+    assert progress.verdict(103) is Verdict.OUT_OF_ORDER
+    progress.skipped(103)
+    assert progress.must_seek_back() == 100
+    assert progress.must_seek_back() is None  # one seek is enough for a run of them
+    for offset in (100, 101, 102, 103):
+        assert progress.verdict(offset) is Verdict.PROCESS
+        progress.processed(offset)
+    assert progress.unprocessed == set()
+
+
+def test_offsets_never_delivered_are_jumped() -> None:
+    # Transaction markers and aborted records never reach an agent.
+    progress = Progress()
+    progress.sought_to_committed(100)
+    assert progress.verdict(101) is Verdict.PROCESS  # 100: the marker after the last commit
+    progress.processed(101)
+    assert progress.verdict(140) is Verdict.PROCESS  # 102..139: an aborted transaction
+    progress.processed(140)
+
+
+def test_a_record_delivered_again_is_not_processed_again() -> None:
+    progress = Progress()
+    progress.sought_to_committed(100)
+    progress.processed(100)
+    progress.processed(101)
+    assert progress.verdict(101) is Verdict.REDELIVERED
+    assert progress.verdict(99) is Verdict.REDELIVERED
+
+
+def test_a_later_seek_to_the_committed_offset_does_not_reprocess() -> None:
+    # faust seeks to the committed offsets again when it finds its flow stopped; what
+    # was processed since the last commit is delivered again and must be skipped.
+    progress = Progress()
+    progress.sought_to_committed(100)
+    for offset in range(100, 110):
+        progress.processed(offset)
+    progress.sought_to_committed(100)
+    assert progress.verdict(105) is Verdict.REDELIVERED
+    assert progress.verdict(110) is Verdict.PROCESS
+
+
+def test_skips_below_the_committed_offset_are_forgotten_at_the_seek() -> None:
+    progress = Progress()
+    progress.skipped(90)  # below what the group committed: some transaction holds it
+    progress.sought_to_committed(100)
+    assert progress.verdict(100) is Verdict.PROCESS
