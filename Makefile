@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast fault-test fault-matrix setup browser broker stop clean generate lint
+.PHONY: demo test test-fast fault-test fault-matrix fault-matrix-long setup browser broker stop clean generate lint
 
 demo: setup            ## run the main job: broker, worker, generated stream, summary
 	$(PY) -m tools.demo
@@ -21,6 +21,15 @@ fault-test: setup     ## kill -9 a worker three times while 50k records flow (PA
 
 fault-matrix: setup   ## the six-scenario fault matrix (PAIRSTREAM_FAULT_MODE=long for 100k records)
 	$(PY) -m pytest -m matrix -s tests/integration/test_fault_matrix.py
+
+RUNS ?= 5
+SEED ?= $(shell date +%s)
+fault-matrix-long: setup  ## the long matrix RUNS times in a row, seeds SEED+1.., stopping at the first failure
+	@for i in $$(seq 1 $(RUNS)); do seed=$$(( $(SEED) + i )); \
+	  echo "== long matrix, run $$i of $(RUNS), seed $$seed"; \
+	  PAIRSTREAM_FAULT_MODE=long PAIRSTREAM_FAULT_SEED=$$seed \
+	    $(PY) -m pytest -m matrix -s tests/integration/test_fault_matrix.py || exit 1; \
+	done; echo "== long matrix: $(RUNS) runs in a row passed"
 
 setup: $(STAMP)        ## create .venv, install pinned dependencies, resolve Kafka and Spark jars
 	$(PY) -m tools.broker resolve
