@@ -21,7 +21,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
@@ -70,6 +70,11 @@ class ExactlyOnceConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
 
 class ExactlyOnceConsumer(faust_aiokafka.Consumer):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Stream partitions faust asked to resume, held paused until their seek is done.
+        self._resume_after_seek: set[TP] = set()
+
     def _new_consumer_thread(self) -> ExactlyOnceConsumerThread:
         return ExactlyOnceConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
@@ -117,6 +122,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
             # A new assignment starts from the committed offset; anything after
             # it that was not committed was aborted, and must be processed again.
             _progress.pop(tp, None)
+        self._resume_after_seek -= revoked
         await super().on_partitions_revoked(revoked)
 
     async def position(self, tp: TP) -> int | None:
@@ -155,13 +161,24 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         # transactional input the committed offset fell thousands behind.
         await super()._add_gap(tp, offset_from, offset_to - 1)
 
+    def resume_partitions(self, tps: Iterable[TP]) -> None:
+        # faust resumes stream partitions and *then* seeks them to the committed
+        # offsets; records fetched in between come from wherever the fetcher stood.
+        # Stream partitions are resumed once the seek is done (perform_seek).
+        tps = set(tps)
+        streams = {tp for tp in tps if not self._is_changelog_tp(tp)}
+        self._resume_after_seek.update(streams)
+        super().resume_partitions(tps - streams)
+
     async def perform_seek(self) -> None:
         await super().perform_seek()
-        # Only from here on are records processed: before, they may come from
-        # wherever the fetcher stood, not from the committed offset.
-        for tp in self.assignment():
+        assignment = self.assignment()
+        for tp in assignment:
             committed = self._committed_offset.get(tp)
             _progress.setdefault(tp, Progress()).sought_to_committed(committed or 0)
+        resume = self._resume_after_seek & assignment
+        self._resume_after_seek.clear()
+        super().resume_partitions(resume)
         log.info("stream partitions sought to committed offsets")
 
     def _new_offset(self, tp: TP) -> int | None:
@@ -276,10 +293,11 @@ async def events_once(app: AppT, stream: Any) -> AsyncIterator[EventT[Any]]:
             reason = verdict.value
             if verdict is not Verdict.REDELIVERED:
                 progress.skipped(message.offset)
-            if verdict is Verdict.OUT_OF_ORDER:
-                first = progress.must_seek_back()
-                if first is not None:
-                    await consumer.seek(tp, first)
+            if verdict is Verdict.OUT_OF_ORDER and progress.next is not None:
+                # Again for every such record: records fetched before a seek still pass
+                # faust's fetcher after it, moving its last-read offset past the sought
+                # one, and it drops what it reads below that.
+                await consumer.seek(tp, progress.next)
         log.warning("skipped %s record %s@%d", reason, tp, message.offset)
         stats.count(f"skipped_{reason}")
         # Only faust's in-flight set holds it; `wait_empty` waits for that set.

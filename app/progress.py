@@ -26,7 +26,7 @@ class Verdict(Enum):
 
 
 class Progress:
-    __slots__ = ("next", "sought_back", "unprocessed")
+    __slots__ = ("next", "unprocessed")
 
     def __init__(self) -> None:
         # The lowest offset that may be processed; None until the partition has been
@@ -34,8 +34,6 @@ class Progress:
         self.next: int | None = None
         # Offsets delivered, skipped, and not yet processed (all at or after `next`).
         self.unprocessed: set[int] = set()
-        # The offset the partition was last sought back to, until it is processed.
-        self.sought_back: int | None = None
 
     def sought_to_committed(self, committed: int) -> None:
         # A seek mid-assignment delivers again what was processed but not yet committed.
@@ -57,15 +55,7 @@ class Progress:
         if self.next is None or offset >= self.next:
             self.unprocessed.add(offset)
 
-    def must_seek_back(self) -> int | None:
-        """Where to seek after an out-of-order record, unless that seek is already done."""
-        if self.next is None or self.sought_back == self.next:
-            return None
-        self.sought_back = self.next
-        return self.next
-
     def processed(self, offset: int) -> None:
         self.next = offset + 1
-        self.sought_back = None
         if self.unprocessed:
             self.unprocessed = {o for o in self.unprocessed if o > offset}

@@ -20,8 +20,6 @@ def test_records_from_before_the_seek_cannot_jump_over_skipped_ones() -> None:
     progress.sought_to_committed(100)
     assert progress.verdict(103) is Verdict.OUT_OF_ORDER
     progress.skipped(103)
-    assert progress.must_seek_back() == 100
-    assert progress.must_seek_back() is None  # one seek is enough for a run of them
     for offset in (100, 101, 102, 103):
         assert progress.verdict(offset) is Verdict.PROCESS
         progress.processed(offset)
