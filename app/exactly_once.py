@@ -72,8 +72,10 @@ class ExactlyOnceConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 class ExactlyOnceConsumer(faust_aiokafka.Consumer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # Stream partitions faust asked to resume, held paused until their seek is done.
+        # Stream partitions faust asked to resume: held paused until they are sought
+        # to the committed offsets, then until the flow resumes (resume_partitions).
         self._resume_after_seek: set[TP] = set()
+        self._resume_with_flow: set[TP] = set()
 
     def _new_consumer_thread(self) -> ExactlyOnceConsumerThread:
         return ExactlyOnceConsumerThread(self, loop=self.loop, beacon=self.beacon)
@@ -123,6 +125,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
             # it that was not committed was aborted, and must be processed again.
             _progress.pop(tp, None)
         self._resume_after_seek -= revoked
+        self._resume_with_flow -= revoked
         await super().on_partitions_revoked(revoked)
 
     async def position(self, tp: TP) -> int | None:
@@ -162,9 +165,13 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         await super()._add_gap(tp, offset_from, offset_to - 1)
 
     def resume_partitions(self, tps: Iterable[TP]) -> None:
-        # faust resumes stream partitions and *then* seeks them to the committed
-        # offsets; records fetched in between come from wherever the fetcher stood.
-        # Stream partitions are resumed once the seek is done (perform_seek).
+        # At the end of a recovery faust resumes the stream partitions, seeks them to
+        # the committed offsets, and then clears the agents' buffers (the flow control
+        # resume). Records fetched before the seek come from wherever the fetcher
+        # stood; records fetched between the seek and the clearing are thrown away
+        # while faust's last-read offset has moved past them, so they are never
+        # delivered again. Stream partitions are therefore resumed only when the
+        # flow resumes after the seek (resume_flow).
         tps = set(tps)
         streams = {tp for tp in tps if not self._is_changelog_tp(tp)}
         self._resume_after_seek.update(streams)
@@ -176,10 +183,15 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         for tp in assignment:
             committed = self._committed_offset.get(tp)
             _progress.setdefault(tp, Progress()).sought_to_committed(committed or 0)
-        resume = self._resume_after_seek & assignment
+        self._resume_with_flow.update(self._resume_after_seek & assignment)
         self._resume_after_seek.clear()
-        super().resume_partitions(resume)
         log.info("stream partitions sought to committed offsets")
+
+    def resume_flow(self) -> None:
+        super().resume_flow()
+        if self._resume_with_flow:
+            super().resume_partitions(self._resume_with_flow)
+            self._resume_with_flow.clear()
 
     def _new_offset(self, tp: TP) -> int | None:
         offset: int | None = super()._new_offset(tp)
@@ -287,6 +299,8 @@ async def events_once(app: AppT, stream: Any) -> AsyncIterator[EventT[Any]]:
             progress.skipped(message.offset)
         else:
             verdict = progress.verdict(message.offset)
+            if verdict is Verdict.PROCESS and progress.jumps_from_seek(message.offset):
+                verdict = await _check_jump(tp, progress, message.offset)
             if verdict is Verdict.PROCESS:
                 yield event
                 continue
@@ -303,6 +317,19 @@ async def events_once(app: AppT, stream: Any) -> AsyncIterator[EventT[Any]]:
         # Only faust's in-flight set holds it; `wait_empty` waits for that set.
         message.acked = True
         consumer._unacked_messages.discard(message)
+
+
+async def _check_jump(tp: TP, progress: Progress, offset: int) -> Verdict:
+    sought = cast(int, progress.next)
+    if not await _committed_records_between(tp, sought, offset - 1):
+        return Verdict.PROCESS  # markers and aborted records only
+    log.error(
+        "%s: committed records %d..%d were fetched and never delivered; seeking back",
+        tp,
+        sought,
+        offset - 1,
+    )
+    return Verdict.OUT_OF_ORDER
 
 
 def transactional_id(app: AppT, tp: TP) -> str:

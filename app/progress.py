@@ -26,7 +26,7 @@ class Verdict(Enum):
 
 
 class Progress:
-    __slots__ = ("next", "unprocessed")
+    __slots__ = ("anchored", "next", "unprocessed")
 
     def __init__(self) -> None:
         # The lowest offset that may be processed; None until the partition has been
@@ -34,10 +34,13 @@ class Progress:
         self.next: int | None = None
         # Offsets delivered, skipped, and not yet processed (all at or after `next`).
         self.unprocessed: set[int] = set()
+        # Whether a record has been processed since the last seek.
+        self.anchored = False
 
     def sought_to_committed(self, committed: int) -> None:
         # A seek mid-assignment delivers again what was processed but not yet committed.
         self.next = committed if self.next is None else max(self.next, committed)
+        self.anchored = False
         if self.unprocessed:
             self.unprocessed = {o for o in self.unprocessed if o >= self.next}
 
@@ -50,6 +53,13 @@ class Progress:
             return Verdict.OUT_OF_ORDER
         return Verdict.PROCESS
 
+    def jumps_from_seek(self, offset: int) -> bool:
+        """Whether `offset`, to be processed first after a seek, leaves out offsets
+        after the sought one: more than the one marker a commit usually leaves there.
+        Records can be fetched and thrown away unseen (see ExactlyOnceConsumer), so such
+        a jump is worth checking against the broker once."""
+        return not self.anchored and self.next is not None and offset > self.next + 1
+
     def skipped(self, offset: int) -> None:
         """A record delivered and not processed, that will be delivered again."""
         if self.next is None or offset >= self.next:
@@ -57,5 +67,6 @@ class Progress:
 
     def processed(self, offset: int) -> None:
         self.next = offset + 1
+        self.anchored = True
         if self.unprocessed:
             self.unprocessed = {o for o in self.unprocessed if o > offset}

@@ -62,3 +62,15 @@ def test_skips_below_the_committed_offset_are_forgotten_at_the_seek() -> None:
     progress.skipped(90)  # below what the group committed: some transaction holds it
     progress.sought_to_committed(100)
     assert progress.verdict(100) is Verdict.PROCESS
+
+
+def test_only_the_first_record_after_a_seek_is_checked_for_a_jump() -> None:
+    progress = Progress()
+    progress.sought_to_committed(100)
+    assert not progress.jumps_from_seek(100)
+    assert not progress.jumps_from_seek(101)  # the marker the last commit left
+    assert progress.jumps_from_seek(130)  # records thrown away unseen, or an aborted run
+    progress.processed(130)
+    assert not progress.jumps_from_seek(160)  # mid-stream gaps are markers and aborts
+    progress.sought_to_committed(100)
+    assert progress.jumps_from_seek(170)
