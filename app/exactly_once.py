@@ -282,8 +282,9 @@ async def events_once(app: AppT, stream: Any) -> AsyncIterator[EventT[Any]]:
         committed offset: faust delivers the last-read record again when its fetcher
         restarts (its check is `offset >= last read`); processed again, their
         outputs would commit twice;
-      * a record delivered while an earlier delivered one is still unprocessed: the
-        partition is sought back to the first unprocessed offset.
+      * a record delivered while an earlier delivered one is still unprocessed, or the
+        first after a seek when committed records it leaves out were never delivered
+        (`_check_jump`): the partition is sought back to the first unprocessed offset.
     The agent's body must not await before `exactly_once` takes its lock.
     """
     consumer = cast(Any, app.consumer)
