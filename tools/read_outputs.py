@@ -46,6 +46,7 @@ class OutputReader:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
         )
+        self._assigned: list[TopicPartition] = []
         self._by_topic = {
             conf.pairs_topic: self.outputs.pairs,
             conf.unpaired_topic: self.outputs.unpaired,
@@ -60,6 +61,7 @@ class OutputReader:
             partitions.extend(TopicPartition(topic, p) for p in found)
         self._consumer.assign(partitions)
         await self._consumer.seek_to_beginning(*partitions)
+        self._assigned = partitions
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -73,14 +75,27 @@ class OutputReader:
             await self._consumer._client.force_metadata_update()
         raise RuntimeError(f"topic {topic} not found")
 
+    async def poll(self) -> int:
+        """One fetch of committed outputs; how many records it brought."""
+        batch = await self._consumer.getmany(timeout_ms=500, max_records=10_000)
+        for tp, messages in batch.items():
+            self._by_topic[tp.topic].extend(loads(m.value) for m in messages)
+        return sum(len(messages) for messages in batch.values())
+
     async def read_available(self) -> Outputs:
-        """Read until a poll comes back empty."""
-        while True:
-            batch = await self._consumer.getmany(timeout_ms=500, max_records=10_000)
-            if not batch:
-                return self.outputs
-            for tp, messages in batch.items():
-                self._by_topic[tp.topic].extend(loads(m.value) for m in messages)
+        """Read what is committed now: up to the last stable offsets as of the call,
+        or until a poll comes back empty. The bound matters while workers keep
+        committing: "until empty" alone may not end before the stream does."""
+        ends = await self._consumer.end_offsets(self._assigned)
+        while await self.poll() and not await self._reached(ends):
+            pass
+        return self.outputs
+
+    async def _reached(self, ends: dict[TopicPartition, int]) -> bool:
+        for tp, end in ends.items():
+            if await self._consumer.position(tp) < end:
+                return False
+        return True
 
     @property
     def total(self) -> int:

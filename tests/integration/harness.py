@@ -190,12 +190,11 @@ async def stop_workers(workers: list[Worker], grace: float = STOP_GRACE_SECONDS)
 
 
 async def wait_for_outputs(reader: OutputReader, total: int, timeout: float) -> Outputs:
-    """Read until at least `total` output records are committed."""
+    """Read until at least `total` output records are committed, and no further: a
+    fault waiting for this strikes at its point of progress, not when outputs pause."""
     deadline = time.monotonic() + timeout
-    while reader.total < total:
-        if time.monotonic() > deadline:
-            break
-        await reader.read_available()
+    while reader.total < total and time.monotonic() < deadline:
+        await reader.poll()
     return reader.outputs
 
 
