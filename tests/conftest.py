@@ -11,12 +11,17 @@ from tools import broker as local_broker
 BROKER_PORT = int(os.environ.get("PAIRSTREAM_TEST_BROKER_PORT", "9092"))
 
 
+def broker_nodes() -> list[local_broker.Node]:
+    """The test broker, for the fixture and for the faults that kill it."""
+    # Its own data dir per port, so test sessions on different ports can run side by side.
+    name = "kafka" if BROKER_PORT == 9092 else f"kafka-{BROKER_PORT}"
+    return local_broker.cluster(1, BROKER_PORT, name)
+
+
 @pytest.fixture(scope="session")
 def broker() -> Iterator[str]:
     """A real Kafka broker: the running local one, or one started for this session."""
-    # Its own data dir per port, so test sessions on different ports can run side by side.
-    name = "kafka" if BROKER_PORT == 9092 else f"kafka-{BROKER_PORT}"
-    nodes = local_broker.cluster(1, BROKER_PORT, name)
+    nodes = broker_nodes()
     started = False
     if not asyncio.run(local_broker._cluster_answers(nodes)):
         local_broker.start(nodes, timeout=120)

@@ -166,6 +166,9 @@ def start(nodes: list[Node], timeout: float, cluster: list[Node] | None = None) 
     for node in nodes:
         if alive(node):
             continue
+        if _port_open(node.listening_port):
+            # Something else listens there; its health would pass for this node's.
+            raise SystemExit(f"port {node.listening_port} is taken by another process")
         node.home.mkdir(parents=True, exist_ok=True)
         config = node.home / "server.properties"
         config.write_text(properties(node, cluster or nodes))

@@ -61,6 +61,9 @@ def kill_broker(at: float, nodes: list[local_broker.Node], restart: bool) -> Fau
     """SIGKILL broker nodes; with restart, start them again at once."""
 
     async def act(world: World) -> None:
+        # A fault that kills nothing must not pass for one (it did, for a node
+        # described with another data dir than the running broker's).
+        assert all(local_broker.alive(n) for n in nodes), f"not running: {nodes}"
         local_broker.stop(nodes, hard=True)
         if restart:
             await asyncio.to_thread(local_broker.start, nodes, 180)

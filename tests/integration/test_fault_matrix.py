@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BROKER_PORT
+from tests.conftest import broker_nodes
 from tests.integration.faults import (
     kill_broker,
     kill_worker,
@@ -85,8 +85,8 @@ async def test_lost_local_state(broker: str, tmp_path: Path) -> None:
 
 async def test_broker_hard_bounce(broker: str, tmp_path: Path) -> None:
     pipeline = await Pipeline(broker, tmp_path).create_topics()
-    nodes = local_broker.cluster(1, BROKER_PORT)
-    await check("broker hard bounce", pipeline, [kill_broker(0.35, nodes, restart=True)])
+    fault = kill_broker(0.35, broker_nodes(), restart=True)
+    await check("broker hard bounce", pipeline, [fault])
 
 
 async def test_cluster_loses_a_broker(cluster: list[local_broker.Node], tmp_path: Path) -> None:
