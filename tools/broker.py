@@ -156,6 +156,10 @@ def _exited(pid: int) -> bool:
 def start(nodes: list[Node], timeout: float, cluster: list[Node] | None = None) -> None:
     """Start the nodes that are not running; `cluster` is the whole cluster when
     only some of its nodes are (re)started."""
+    taken = [n.listening_port for n in nodes if not alive(n) and _port_open(n.listening_port)]
+    if taken:
+        # Something else listens there, and its health would pass for these nodes'.
+        raise SystemExit(f"broker ports taken by another process: {taken}")
     resolve_jars()
     run = RUNS / nodes[0].name
     cluster_id_file = run / "cluster-id"
@@ -166,9 +170,6 @@ def start(nodes: list[Node], timeout: float, cluster: list[Node] | None = None) 
     for node in nodes:
         if alive(node):
             continue
-        if _port_open(node.listening_port):
-            # Something else listens there; its health would pass for this node's.
-            raise SystemExit(f"port {node.listening_port} is taken by another process")
         node.home.mkdir(parents=True, exist_ok=True)
         config = node.home / "server.properties"
         config.write_text(properties(node, cluster or nodes))
