@@ -46,7 +46,6 @@ class OutputReader:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
         )
-        self._assigned: list[TopicPartition] = []
         self._by_topic = {
             conf.pairs_topic: self.outputs.pairs,
             conf.unpaired_topic: self.outputs.unpaired,
@@ -61,7 +60,6 @@ class OutputReader:
             partitions.extend(TopicPartition(topic, p) for p in found)
         self._consumer.assign(partitions)
         await self._consumer.seek_to_beginning(*partitions)
-        self._assigned = partitions
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -86,7 +84,7 @@ class OutputReader:
         """Read what is committed now: up to the last stable offsets as of the call,
         or until a poll comes back empty. The bound matters while workers keep
         committing: "until empty" alone may not end before the stream does."""
-        ends = await self._consumer.end_offsets(self._assigned)
+        ends = await self._consumer.end_offsets(list(self._consumer.assignment()))
         while await self.poll() and not await self._reached(ends):
             pass
         return self.outputs
