@@ -1,5 +1,6 @@
-"""Wire formats: the keyed (repartitioned) event, the stored key state, and
-the output records on `pairs`, `unpaired` and the dead-letter topic.
+"""Wire formats: the keyed (repartitioned) event, watermark records, the stored
+key state and event clock, and the output records on `pairs`, `unpaired` and the
+dead-letter topic.
 
 Numbers travel as JSON numbers spelled exactly as their int or Decimal value,
 so a sum of decimals is never rounded through a float.
@@ -16,6 +17,7 @@ from typing import Any
 
 from pairing.events import Event, parse_number
 from pairing.rules import Conflict, KeyState, Paired, PendingEvent, Unpaired
+from pairing.watermarks import EventClock, SourceMark, WatermarkUpdate
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +55,7 @@ def loads(data: bytes) -> Any:
 # --- the keyed event on the repartition topic ---------------------------------
 
 
-def encode_keyed_event(event: Event, raw: bytes, source: Source) -> bytes:
+def encode_keyed_event(event: Event, raw: bytes, source: Source, progress_us: int) -> bytes:
     return dumps(
         {
             "type": event.type,
@@ -64,6 +66,7 @@ def encode_keyed_event(event: Event, raw: bytes, source: Source) -> bytes:
             "identity": event.identity,
             "raw": raw.decode(),
             "source": [source.topic, source.partition, source.offset],
+            "progress": progress_us,
         }
     )
 
@@ -73,12 +76,49 @@ class KeyedEvent:
     event: Event
     raw: str
     source: Source
+    progress_us: int  # its input partition's progress, including it
 
 
 def decode_keyed_event(data: bytes) -> KeyedEvent:
     doc = loads(data)
     event = Event(doc["type"], doc["key"], doc["time_us"], doc["value"], doc["id"], doc["identity"])
-    return KeyedEvent(event, doc["raw"], Source(*doc["source"]))
+    return KeyedEvent(event, doc["raw"], Source(*doc["source"]), doc["progress"])
+
+
+# --- watermarks on the repartition topic ----------------------------------------
+
+WATERMARK_KEY = b"~watermark"
+
+
+def encode_watermark(update: WatermarkUpdate) -> bytes:
+    return dumps(
+        {
+            "watermark": {
+                "source": update.source,
+                "sources": update.sources,
+                "progress": update.progress_us,
+                "idle": update.idle,
+            }
+        }
+    )
+
+
+def decode_watermark(doc: Mapping[str, Any]) -> WatermarkUpdate:
+    mark = doc["watermark"]
+    return WatermarkUpdate(mark["source"], mark["sources"], mark["progress"], mark["idle"])
+
+
+def encode_clock(clock: EventClock) -> bytes:
+    marks = {str(s): [m.progress_us, m.idle] for s, m in sorted(clock.marks.items())}
+    return dumps({"watermark": clock.watermark_us, "sources": clock.sources, "marks": marks})
+
+
+def decode_clock(data: bytes | None) -> EventClock:
+    if data is None:
+        return EventClock()
+    doc = json.loads(data)
+    marks = {int(s): SourceMark(progress, idle) for s, (progress, idle) in doc["marks"].items()}
+    return EventClock(doc["sources"], marks, doc["watermark"])
 
 
 TICK = b'{"tick":true}'
@@ -95,11 +135,10 @@ def encode_state(state: KeyState) -> bytes:
         {
             "t": state.time_us,
             "seen": state.seen,
-            "pending": None
-            if pending is None
-            else [pending.type, str(pending.value), pending.identity, pending.waiting_since],
+            "pending": None if pending is None else _encode_pending(pending),
             "paired": state.paired,
-            "settled_at": state.settled_at_us,
+            "closed": state.closed,
+            "late": [_encode_pending(late) for late in state.late],
         }
     )
 
@@ -110,12 +149,19 @@ def decode_state(data: bytes) -> KeyState:
     return KeyState(
         time_us=doc["t"],
         seen=tuple(doc["seen"]),
-        pending=None
-        if pending is None
-        else PendingEvent(pending[0], parse_number(pending[1]), pending[2], pending[3]),
+        pending=None if pending is None else _decode_pending(pending),
         paired=doc["paired"],
-        settled_at_us=doc["settled_at"],
+        closed=doc["closed"],
+        late=tuple(_decode_pending(late) for late in doc["late"]),
     )
+
+
+def _encode_pending(event: PendingEvent) -> list[Any]:
+    return [event.type, str(event.value), event.identity, event.waiting_since]
+
+
+def _decode_pending(doc: list[Any]) -> PendingEvent:
+    return PendingEvent(doc[0], parse_number(doc[1]), doc[2], doc[3])
 
 
 # --- output records -----------------------------------------------------------

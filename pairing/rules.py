@@ -1,21 +1,33 @@
-"""The pairing rules, for the events of one partition.
+"""The pairing rules, for the events of one keyed partition.
 
 Pure: no Faust, no Kafka. State is read and written through a `KeyStore`
 (a Faust table in production, a dict in tests); the in-memory indexes here are
 derived from it and can always be rebuilt with `PairingPartition.load`.
 
+Event time is the watermark of `pairing.watermarks`: the least progress over the
+input partitions. Every event comes stamped with its own input partition's
+progress (including it); how far it is *behind* is that stamp, or the watermark
+if larger, minus its time. docs/event-time.md has worked examples.
+
 Per event, in order:
-  duplicate  identity already seen for this key        -> dropped, counted
-  conflict   a different event of a type already pending
-             or a key already paired                   -> dead letter
-  late       t < stream time - expiry, nothing pending  -> unpaired "late"
-  expire     stream time advances; pending events with
-             stream time - t > expiry                   -> unpaired "expired"
-  pair       the partner is pending                     -> pair
-  pending    otherwise: wait for the partner
-A pending event also expires after `max_wait_s` of wall-clock waiting, so a
-quiet partition drains (`expire_waiting`). A key is forgotten once its last
-event was settled longer than `dedup_retention_us` of stream time ago.
+  past retention  behind > expiry + dedup retention     -> unpaired "late", not remembered
+  duplicate       identity already taken for this key   -> dropped, counted
+  late            behind > expiry, or its key was closed -> unpaired "late" once the key's
+                                                           window is closed (see below)
+  conflict        a different event of a type already
+                  pending, or a key already paired       -> dead letter
+  pair            the partner is pending                 -> pair
+  pending         otherwise: wait for the partner
+A key's window closes when the watermark passes its time by more than the expiry:
+its pending event is "expired", and late events held for it are settled (a late
+copy of an event taken on time is a duplicate). Every event that is on time comes
+before that point, so what closes is final. A key is forgotten once the watermark
+passes its time by more than expiry + dedup retention.
+
+Wall clock: once the watermark has not advanced for `max_wait_s`, a key whose
+pending (or held late) event has waited that long too is closed early
+(`expire_waiting`), so a quiet stream drains; a key so closed takes any later
+event as late.
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
 from pairing.events import Event, EventType, Number, add_exact
+from pairing.watermarks import EventClock, WatermarkUpdate
 
 UnpairedReason = Literal["expired", "late"]
 MICROS = 1_000_000
@@ -40,7 +53,8 @@ class PairingConfig:
 
 @dataclass(frozen=True, slots=True)
 class PendingEvent:
-    """An event waiting for its partner, with the wall-clock time it started waiting."""
+    """An event waiting for its partner (or a late one waiting for its key to
+    close), with the wall-clock time it started waiting."""
 
     type: EventType
     value: Number
@@ -56,10 +70,11 @@ class KeyState:
     """
 
     time_us: int
-    seen: tuple[str, ...] = ()  # identities of every event taken for this key
+    seen: tuple[str, ...] = ()  # identities taken for this key: on time, or late and settled
     pending: PendingEvent | None = None
     paired: bool = False
-    settled_at_us: int | None = None  # stream time when nothing was left pending
+    closed: bool = False  # closed early, by max wait
+    late: tuple[PendingEvent, ...] = ()  # late events held until the key's window closes
 
 
 # --- outcomes: what processing one event (or the clock) produced -------------
@@ -110,19 +125,24 @@ class KeyStore(Protocol):
 
 @dataclass
 class _Indexes:
-    """Min-heaps over the store, for O(log n) expiry. Entries may be stale:
-    each is checked against the store when it comes to the top."""
+    """Min-heaps over the store. Entries may be stale: each is checked against the
+    store when it comes to the top."""
 
-    by_event_time: list[tuple[int, str]] = field(default_factory=list)
+    open_by_time: list[tuple[int, str]] = field(default_factory=list)  # pending or held late
     by_waiting_since: list[tuple[float, str]] = field(default_factory=list)
-    by_settled_at: list[tuple[int, str]] = field(default_factory=list)
+    all_by_time: list[tuple[int, str]] = field(default_factory=list)  # to forget
 
     def track(self, key: str, state: KeyState) -> None:
         if state.pending is not None:
-            heapq.heappush(self.by_event_time, (state.time_us, key))
+            heapq.heappush(self.open_by_time, (state.time_us, key))
             heapq.heappush(self.by_waiting_since, (state.pending.waiting_since, key))
-        elif state.settled_at_us is not None:
-            heapq.heappush(self.by_settled_at, (state.settled_at_us, key))
+        for late in state.late:
+            heapq.heappush(self.open_by_time, (state.time_us, key))
+            heapq.heappush(self.by_waiting_since, (late.waiting_since, key))
+
+
+def _is_open(state: KeyState | None) -> bool:
+    return state is not None and (state.pending is not None or bool(state.late))
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,29 +156,41 @@ class PairingPartition:
     """The rule engine for one partition of the keyed event stream."""
 
     def __init__(
-        self, store: KeyStore, config: PairingConfig, stream_time_us: int | None = None
+        self,
+        store: KeyStore,
+        config: PairingConfig,
+        clock: EventClock | None = None,
+        now: float = 0.0,
     ) -> None:
         self._store = store
         self._config = config
-        self.stream_time_us = stream_time_us
+        self.clock = clock if clock is not None else EventClock()
+        # Wall clock of the last watermark advance. A (re)loaded engine starts the
+        # count afresh: time spent down or restoring is not the watermark standing still.
+        self._advanced_at = now
         self._indexes = _Indexes()
         self._pending_count = 0
 
     @classmethod
     def load(
-        cls, store: KeyStore, config: PairingConfig, stream_time_us: int | None
+        cls, store: KeyStore, config: PairingConfig, clock: EventClock, now: float
     ) -> PairingPartition:
         """Rebuild the engine over existing state (after a restart or rebalance)."""
-        engine = cls(store, config, stream_time_us)
+        engine = cls(store, config, clock, now)
         for key, state in store.items():
             engine._indexes.track(key, state)
+            heapq.heappush(engine._indexes.all_by_time, (state.time_us, key))
             engine._pending_count += state.pending is not None
         return engine
+
+    @property
+    def watermark_us(self) -> int | None:
+        return self.clock.watermark_us
 
     def pending(self) -> PendingSummary:
         """How many events wait for a partner, and the oldest of them. Drops
         stale index entries it meets on top (amortised O(1))."""
-        by_time = self._indexes.by_event_time
+        by_time = self._indexes.open_by_time
         while by_time and not self._is_pending(by_time[0][1]):
             heapq.heappop(by_time)
         by_wait = self._indexes.by_waiting_since
@@ -179,48 +211,102 @@ class PairingPartition:
         pending = state.pending if state is not None else None
         return pending is not None and pending.waiting_since == waiting_since
 
-    def process(self, event: Event, now: float) -> list[Outcome]:
-        """Apply the rules to one valid event; `now` is the wall clock in seconds."""
-        state = self._store.get(event.key)
+    def process(self, event: Event, progress_us: int, now: float) -> list[Outcome]:
+        """Apply the rules to one valid event. `progress_us`: its input partition's
+        progress including it; `now`: the wall clock in seconds."""
         arriving = PendingEvent(event.type, event.value, event.identity, now)
+        watermark = self.clock.watermark_us
+        horizon = progress_us if watermark is None else max(progress_us, watermark)
+        behind = horizon - event.time_us
+        config = self._config
+        if behind > config.expiry_us + config.dedup_retention_us:
+            # Its key may be forgotten already, and whether it is depends on timing:
+            # never compared with what was taken, never remembered.
+            return [Unpaired(event.key, arriving, "late")]
+        state = self._store.get(event.key)
+        if state is not None and event.identity in state.seen:
+            return [Duplicate(event.key, event.identity)]
+        if behind > config.expiry_us or (state is not None and state.closed):
+            return self._late(event, arriving, state)
         if state is not None:
-            if event.identity in state.seen:
-                return [Duplicate(event.key, event.identity)]
             if state.paired:
                 return [self._conflict(event, arriving, state, "key already paired")]
             if state.pending is not None and state.pending.type == event.type:
                 detail = f"another {event.type} is pending"
                 return [self._conflict(event, arriving, state, detail)]
+        paired = self._pair_or_wait(event, arriving, state)
+        return [] if paired is None else [paired]
 
+    def observe(self, update: WatermarkUpdate, now: float) -> list[Outcome]:
+        """A watermark record: close the windows the watermark passes, forget keys
+        past retention."""
+        if not self.clock.observe(update):
+            return []
+        self._advanced_at = now
+        watermark = self.clock.watermark_us
+        assert watermark is not None  # it advanced
         outcomes: list[Outcome] = []
-        stream_time = self.stream_time_us
-        if stream_time is not None and stream_time - event.time_us > self._config.expiry_us:
-            # Late. Nothing can be pending for this key: it would have expired.
-            outcomes.append(Unpaired(event.key, arriving, "late"))
-            self._remember(event, state, stream_time)
-        else:
-            if stream_time is None or event.time_us > stream_time:
-                self.stream_time_us = event.time_us
-                outcomes.extend(self._expire_by_event_time())
-                state = self._store.get(event.key)
-            paired = self._pair_or_wait(event, arriving, state)
-            if paired is not None:
-                outcomes.append(paired)
-        outcomes.extend(self.expire_waiting(now))
-        self._forget_settled()
+        heap = self._indexes.open_by_time
+        while heap and watermark - heap[0][0] > self._config.expiry_us:
+            _, key = heapq.heappop(heap)
+            state = self._store.get(key)
+            if state is not None and _is_open(state):
+                outcomes.extend(self._close(key, state, early=False))
+        self._forget(watermark)
         return outcomes
 
     def expire_waiting(self, now: float) -> list[Outcome]:
-        """Expire events that waited longer than max_wait of wall-clock time."""
+        """Close early the keys whose event waited longer than max_wait of wall-clock
+        time, if the watermark has not advanced for as long."""
+        max_wait = self._config.max_wait_s
+        if now - self._advanced_at <= max_wait:
+            return []
         outcomes: list[Outcome] = []
         heap = self._indexes.by_waiting_since
-        deadline = now - self._config.max_wait_s
-        while heap and heap[0][0] < deadline:
+        while heap and heap[0][0] < now - max_wait:
             waiting_since, key = heapq.heappop(heap)
             state = self._store.get(key)
-            pending = state.pending if state is not None else None
-            if state is not None and pending is not None and pending.waiting_since == waiting_since:
-                outcomes.append(self._expire(key, state, pending))
+            if state is not None and self._holds_since(state, waiting_since):
+                outcomes.extend(self._close(key, state, early=True))
+        return outcomes
+
+    @staticmethod
+    def _holds_since(state: KeyState, waiting_since: float) -> bool:
+        pending = state.pending
+        if pending is not None and pending.waiting_since == waiting_since:
+            return True
+        return any(late.waiting_since == waiting_since for late in state.late)
+
+    def _late(self, event: Event, arriving: PendingEvent, state: KeyState | None) -> list[Outcome]:
+        if state is not None and any(late.identity == event.identity for late in state.late):
+            return [Duplicate(event.key, event.identity)]
+        base = state or KeyState(event.time_us)
+        watermark = self.clock.watermark_us
+        if base.closed or (
+            watermark is not None and watermark - event.time_us > self._config.expiry_us
+        ):
+            # Its window is closed: what was taken on time is final.
+            self._save(event.key, replace(base, seen=(*base.seen, event.identity)), state is None)
+            return [Unpaired(event.key, arriving, "late")]
+        # Held until the window closes: an on-time copy may still be on its way
+        # from another input partition, and would make this one a duplicate.
+        self._save(event.key, replace(base, late=(*base.late, arriving)), state is None)
+        return []
+
+    def _close(self, key: str, state: KeyState, *, early: bool) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        if state.pending is not None:
+            outcomes.append(Unpaired(key, state.pending, "expired"))
+            self._pending_count -= 1
+        seen = state.seen
+        for late in state.late:
+            if late.identity in seen:
+                outcomes.append(Duplicate(key, late.identity))
+            else:
+                outcomes.append(Unpaired(key, late, "late"))
+                seen = (*seen, late.identity)
+        closed = replace(state, seen=seen, pending=None, late=(), closed=state.closed or early)
+        self._store.put(key, closed)
         return outcomes
 
     def _pair_or_wait(
@@ -230,33 +316,13 @@ class PairingPartition:
         seen = (*base.seen, event.identity)
         partner = base.pending
         if partner is None:
-            self._save(event.key, replace(base, seen=seen, pending=arriving, settled_at_us=None))
+            self._save(event.key, replace(base, seen=seen, pending=arriving), state is None)
             self._pending_count += 1
             return None
         self._pending_count -= 1
-        self._save(
-            event.key,
-            replace(base, seen=seen, pending=None, paired=True, settled_at_us=self.stream_time_us),
-        )
+        self._store.put(event.key, replace(base, seen=seen, pending=None, paired=True))
         a, b = (arriving, partner) if event.type == "A" else (partner, arriving)
         return Paired(event.key, a, b)
-
-    def _expire_by_event_time(self) -> list[Outcome]:
-        assert self.stream_time_us is not None
-        horizon = self.stream_time_us - self._config.expiry_us
-        heap = self._indexes.by_event_time
-        outcomes: list[Outcome] = []
-        while heap and heap[0][0] < horizon:
-            _, key = heapq.heappop(heap)
-            state = self._store.get(key)
-            if state is not None and state.pending is not None:
-                outcomes.append(self._expire(key, state, state.pending))
-        return outcomes
-
-    def _expire(self, key: str, state: KeyState, expiring: PendingEvent) -> Unpaired:
-        self._save(key, replace(state, pending=None, settled_at_us=self.stream_time_us))
-        self._pending_count -= 1
-        return Unpaired(key, expiring, "expired")
 
     def _conflict(
         self, event: Event, arriving: PendingEvent, state: KeyState, detail: str
@@ -265,25 +331,16 @@ class PairingPartition:
         self._store.put(event.key, replace(state, seen=(*state.seen, event.identity)))
         return Conflict(event.key, arriving, detail)
 
-    def _remember(self, event: Event, state: KeyState | None, stream_time: int) -> None:
-        """Keep a late event's identity so a redelivery of it counts as a duplicate."""
-        base = state or KeyState(event.time_us)
-        self._save(
-            event.key,
-            replace(base, seen=(*base.seen, event.identity), settled_at_us=stream_time),
-        )
-
-    def _forget_settled(self) -> None:
-        if self.stream_time_us is None:
-            return
-        horizon = self.stream_time_us - self._config.dedup_retention_us
-        heap = self._indexes.by_settled_at
+    def _forget(self, watermark: int) -> None:
+        horizon = watermark - self._config.expiry_us - self._config.dedup_retention_us
+        heap = self._indexes.all_by_time
         while heap and heap[0][0] < horizon:
-            settled_at, key = heapq.heappop(heap)
-            state = self._store.get(key)
-            if state is not None and state.pending is None and state.settled_at_us == settled_at:
+            _, key = heapq.heappop(heap)
+            if self._store.get(key) is not None:
                 self._store.delete(key)
 
-    def _save(self, key: str, state: KeyState) -> None:
+    def _save(self, key: str, state: KeyState, new: bool) -> None:
         self._store.put(key, state)
         self._indexes.track(key, state)
+        if new:
+            heapq.heappush(self._indexes.all_by_time, (state.time_us, key))

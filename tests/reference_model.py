@@ -1,7 +1,14 @@
-"""A small, deliberately naive model of the pairing rules.
+"""A small, deliberately naive model of the pairing rules over an input topic with
+several partitions.
 
-No heaps, no indexes, no store protocol: every step scans all keys. The engine
-and the real pipeline are checked against what this model predicts.
+It takes what each input partition holds, in order, and computes the one outcome
+the rules allow, key by key: no watermark records, no interleaving, no heaps, no
+store. The engine and the real pipeline are checked against what it predicts.
+
+Its only notion of time: each event's *stamp* (the largest valid event time of its
+input partition up to and including it) and, at the end, the *final watermark*:
+the least final progress over the partitions that have any valid event, or the
+largest once every partition is idle.
 """
 
 from __future__ import annotations
@@ -10,19 +17,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from pairing.events import Event, Rejection, add_exact, parse_event
-from pairing.routing import partition_for
 
 FIVE_MINUTES_US = 5 * 60 * 1_000_000
 HOUR_US = 60 * 60 * 1_000_000
 
 
-@dataclass
-class _Key:
-    time_us: int
-    seen: set[str] = field(default_factory=set)
-    pending: Event | None = None
-    paired: bool = False
-    settled_at: int | None = None
+class AmbiguousStream(ValueError):
+    """The rules leave the outcome to the order in which partitions are read: for
+    one key, partitions whose first event of a type differ (or two events with one
+    identity and different contents on different partitions). docs/event-time.md."""
 
 
 @dataclass
@@ -30,80 +33,121 @@ class Expected:
     pairs: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)
     unpaired: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)
     conflicts: Counter[str] = field(default_factory=Counter)
-    invalid: list[int] = field(default_factory=list)  # input positions
+    invalid: Counter[bytes | None] = field(default_factory=Counter)  # the records themselves
     duplicates: int = 0
     pending: set[str] = field(default_factory=set)
+    held_late: set[str] = field(default_factory=set)  # late, waiting for their key to close
+    watermark_us: int | None = None
 
 
-class ModelPartition:
-    def __init__(self, expiry_us: int, retention_us: int) -> None:
-        self.expiry_us = expiry_us
-        self.retention_us = retention_us
-        self.stream_time: int | None = None
-        self.keys: dict[str, _Key] = {}
-
-    def feed(self, e: Event, out: Expected) -> None:
-        k = self.keys.get(e.key)
-        if k is not None and e.identity in k.seen:
-            out.duplicates += 1
-            return
-        if k is not None and (k.paired or (k.pending is not None and k.pending.type == e.type)):
-            out.conflicts[e.identity] += 1
-            k.seen.add(e.identity)
-            return
-        if self.stream_time is not None and self.stream_time - e.time_us > self.expiry_us:
-            out.unpaired[(e.key, e.type, e.identity, "late")] += 1
-            k = self.keys.setdefault(e.key, _Key(e.time_us))
-            k.seen.add(e.identity)
-            k.settled_at = self.stream_time
-        else:
-            if self.stream_time is None or e.time_us > self.stream_time:
-                self.stream_time = e.time_us
-                for key, other in self.keys.items():
-                    p = other.pending
-                    if p is not None and self.stream_time - p.time_us > self.expiry_us:
-                        out.unpaired[(key, p.type, p.identity, "expired")] += 1
-                        other.pending = None
-                        other.settled_at = self.stream_time
-            k = self.keys.setdefault(e.key, _Key(e.time_us))
-            k.seen.add(e.identity)
-            if k.pending is None:
-                k.pending = e
-                k.settled_at = None
-            else:
-                a, b = (e, k.pending) if e.type == "A" else (k.pending, e)
-                out.pairs[(e.key, a.identity, b.identity, str(add_exact(a.value, b.value)))] += 1
-                k.pending = None
-                k.paired = True
-                k.settled_at = self.stream_time
-        assert self.stream_time is not None
-        for key in [
-            key
-            for key, other in self.keys.items()
-            if other.pending is None
-            and other.settled_at is not None
-            and other.settled_at < self.stream_time - self.retention_us
-        ]:
-            del self.keys[key]
+@dataclass(frozen=True)
+class _Stamped:
+    source: int
+    event: Event
+    stamp_us: int
 
 
 def expected_outputs(
-    records: list[bytes | None],
-    partitions: int,
+    sources: list[list[bytes | None]],
     expiry_us: int = FIVE_MINUTES_US,
     retention_us: int = HOUR_US,
     max_bytes: int = 65536,
+    drained: bool = False,
+    all_idle: bool = False,
 ) -> Expected:
-    """What the pipeline must output for records produced in this order to a
-    single-partition input topic."""
+    """What the pipeline must output for an input topic whose partitions hold
+    `sources`. `all_idle`: every partition has been declared idle since its last
+    record (the watermark is then the largest progress, not the least); `drained`:
+    every key has been closed (a quiet stream after max wait)."""
     out = Expected()
-    model = [ModelPartition(expiry_us, retention_us) for _ in range(partitions)]
-    for position, raw in enumerate(records):
-        parsed = parse_event(raw, max_bytes)
-        if isinstance(parsed, Rejection):
-            out.invalid.append(position)
-            continue
-        model[partition_for(parsed.key, partitions)].feed(parsed, out)
-    for part in model:
-        out.pending.update(k.pending.identity for k in part.keys.values() if k.pending)
+    by_key: dict[str, list[_Stamped]] = {}
+    finals: list[int] = []
+    for source, records in enumerate(sources):
+        progress: int | None = None
+        for raw in records:
+            parsed = parse_event(raw, max_bytes)
+            if isinstance(parsed, Rejection):
+                out.invalid[raw] += 1
+                continue
+            progress = parsed.time_us if progress is None else max(progress, parsed.time_us)
+            by_key.setdefault(parsed.key, []).append(_Stamped(source, parsed, progress))
+        if progress is not None:
+            finals.append(progress)
+    if finals:
+        out.watermark_us = max(finals) if all_idle else min(finals)
+    for key, stamped in by_key.items():
+        time_us = stamped[0].event.time_us
+        closed = drained or (
+            out.watermark_us is not None and out.watermark_us - time_us > expiry_us
+        )
+        _decide(key, stamped, closed, expiry_us, retention_us, out)
     return out
+
+
+def _decide(
+    key: str,
+    stamped: list[_Stamped],
+    closed: bool,
+    expiry_us: int,
+    retention_us: int,
+    out: Expected,
+) -> None:
+    on_time = [s for s in stamped if s.stamp_us - s.event.time_us <= expiry_us]
+    late = [
+        s for s in stamped if expiry_us < s.stamp_us - s.event.time_us <= expiry_us + retention_us
+    ]
+    for s in stamped:
+        if s.stamp_us - s.event.time_us > expiry_us + retention_us:
+            out.unpaired[(key, s.event.type, s.event.identity, "late")] += 1
+
+    taken = _distinct(on_time)
+    out.duplicates += len(on_time) - len(taken)
+    firsts: dict[str, Event] = {}
+    for kind in ("A", "B"):
+        # Whichever partition is read first gives the first event of a type: the
+        # outcome is one only if each partition's first is the same event.
+        by_partition = {}
+        for s in on_time:
+            if s.event.type == kind:
+                by_partition.setdefault(s.source, s.event)
+        if len({e.identity for e in by_partition.values()}) > 1:
+            raise AmbiguousStream(f"{key}: different {kind} events first on different partitions")
+        if by_partition:
+            first = firsts[kind] = next(iter(by_partition.values()))
+            for s in taken:
+                if s.event.type == kind and s.event.identity != first.identity:
+                    out.conflicts[s.event.identity] += 1
+    if "A" in firsts and "B" in firsts:
+        a, b = firsts["A"], firsts["B"]
+        out.pairs[(key, a.identity, b.identity, str(add_exact(a.value, b.value)))] += 1
+    elif firsts:
+        (single,) = firsts.values()
+        if closed:
+            out.unpaired[(key, single.type, single.identity, "expired")] += 1
+        else:
+            out.pending.add(single.identity)
+
+    seen = {s.event.identity for s in taken}
+    held = _distinct(late)
+    out.duplicates += len(late) - len(held)
+    for s in held:
+        if s.event.identity in seen:
+            out.duplicates += closed
+        elif closed:
+            out.unpaired[(key, s.event.type, s.event.identity, "late")] += 1
+        else:
+            out.held_late.add(s.event.identity)
+
+
+def _distinct(stamped: list[_Stamped]) -> list[_Stamped]:
+    """First of each identity, in partition order; copies on different partitions
+    must be the same event."""
+    first: dict[str, _Stamped] = {}
+    for s in sorted(stamped, key=lambda s: s.source):
+        taken = first.setdefault(s.event.identity, s)
+        if taken.source != s.source and (taken.event.type, taken.event.value) != (
+            s.event.type,
+            s.event.value,
+        ):
+            raise AmbiguousStream(f"{s.event.identity}: different events on different partitions")
+    return list(first.values())

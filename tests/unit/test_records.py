@@ -6,15 +6,20 @@ from pairing.events import Event, parse_event
 from pairing.records import (
     Source,
     dead_letter_record,
+    decode_clock,
     decode_keyed_event,
     decode_state,
+    decode_watermark,
     dumps,
+    encode_clock,
     encode_keyed_event,
     encode_state,
+    encode_watermark,
     loads,
     pair_record,
 )
 from pairing.rules import KeyState, Paired, PendingEvent
+from pairing.watermarks import EventClock, WatermarkUpdate
 
 SOURCE = Source("events", 0, 42)
 
@@ -29,10 +34,22 @@ def test_keyed_event_round_trips() -> None:
     raw = b'{"type":"B","timestamp":"2024-02-09T21:00:00.25+01:00","value":12.50,"id":"b1"}'
     event = parse_event(raw, 4096)
     assert isinstance(event, Event)
-    keyed = decode_keyed_event(encode_keyed_event(event, raw, SOURCE))
+    keyed = decode_keyed_event(encode_keyed_event(event, raw, SOURCE, event.time_us + 5))
     assert keyed.event == event
     assert keyed.raw == raw.decode()
     assert keyed.source == SOURCE
+    assert keyed.progress_us == event.time_us + 5
+
+
+def test_watermark_record_and_clock_round_trip() -> None:
+    update = WatermarkUpdate(source=3, sources=8, progress_us=None, idle=True)
+    assert decode_watermark(loads(encode_watermark(update))) == update
+    clock = EventClock()
+    clock.observe(WatermarkUpdate(0, 2, 10, idle=False))
+    clock.observe(WatermarkUpdate(1, 2, None, idle=True))
+    restored = decode_clock(encode_clock(clock))
+    assert (restored.sources, restored.marks, restored.watermark_us) == (2, clock.marks, 10)
+    assert decode_clock(None).watermark_us is None
 
 
 def test_state_round_trips_with_exact_values() -> None:
@@ -40,10 +57,10 @@ def test_state_round_trips_with_exact_values() -> None:
         time_us=7,
         seen=("a", "fp:1"),
         pending=PendingEvent("A", Decimal("1.10"), "a", 123.5),
-        settled_at_us=None,
+        late=(PendingEvent("B", 3, "b", 124.0),),
     )
     assert decode_state(encode_state(state)) == state
-    settled = KeyState(time_us=7, seen=("a", "b"), paired=True, settled_at_us=99)
+    settled = KeyState(time_us=7, seen=("a", "b"), paired=True, closed=True)
     assert decode_state(encode_state(settled)) == settled
 
 

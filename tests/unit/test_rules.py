@@ -1,8 +1,7 @@
-from collections import Counter
-from decimal import Decimal
+"""The rules, one at a time, with input partitions spelled out. The property test
+over random partitioned streams is in test_event_time.py."""
 
-from hypothesis import example, given, settings
-from hypothesis import strategies as st
+from decimal import Decimal
 
 from pairing.events import Event, parse_event
 from pairing.rules import (
@@ -15,7 +14,7 @@ from pairing.rules import (
     PendingSummary,
     Unpaired,
 )
-from tests.reference_model import Expected, ModelPartition
+from pairing.watermarks import EventClock, SourceProgress, WatermarkUpdate
 from tests.unit.memory_store import MemoryStore
 
 MINUTE = 60_000_000
@@ -34,182 +33,177 @@ def event(kind: str, minute: float, value: int | str = 1, ident: str | None = No
     return parsed
 
 
-def engine() -> tuple[PairingPartition, MemoryStore]:
-    store = MemoryStore()
-    return PairingPartition(store, CONFIG), store
+class Topic:
+    """A keyed partition fed by `sources` input partitions, each telling its
+    progress after every event (a commit per event)."""
+
+    def __init__(self, sources: int = 1) -> None:
+        self.store = MemoryStore()
+        self.engine = PairingPartition(self.store, CONFIG, EventClock(), NOW)
+        self.progress = [SourceProgress(None) for _ in range(sources)]
+
+    def feed(self, e: Event, source: int = 0, now: float = NOW) -> list[Outcome]:
+        stamp = self.progress[source].observe(e.time_us)
+        outcomes = self.engine.process(e, stamp, now)
+        return outcomes + self.tell(source, now)
+
+    def tell(self, source: int, now: float = NOW, idle: bool = False) -> list[Outcome]:
+        progress = self.progress[source]
+        progress.idle = idle
+        update = WatermarkUpdate(source, len(self.progress), progress.progress_us, idle)
+        return self.engine.observe(update, now)
 
 
 def test_a_then_b_pairs_with_exact_sum() -> None:
-    pairing, _ = engine()
-    assert pairing.process(event("A", 0, "0.1"), NOW) == []
-    [paired] = pairing.process(event("B", 0, "0.2"), NOW)
+    topic = Topic()
+    assert topic.feed(event("A", 0, "0.1")) == []
+    [paired] = topic.feed(event("B", 0, "0.2"))
     assert isinstance(paired, Paired)
     assert paired.sum == Decimal("0.3")
     assert (paired.a.type, paired.b.type) == ("A", "B")
 
 
 def test_b_then_a_pairs_out_of_order_within_expiry() -> None:
-    pairing, _ = engine()
-    pairing.process(event("B", 0, 2), NOW)
-    pairing.process(event("A", 3, 9), NOW)  # another key moves stream time on
-    [paired] = pairing.process(event("A", 0, 5), NOW)
+    topic = Topic()
+    topic.feed(event("B", 0, 2))
+    topic.feed(event("A", 3, 9))  # moves the watermark on
+    [paired] = topic.feed(event("A", 0, 5))
     assert isinstance(paired, Paired) and paired.sum == 7
 
 
 def test_redelivered_event_is_a_duplicate_while_pending_and_after_pairing() -> None:
-    pairing, _ = engine()
-    pairing.process(event("A", 0), NOW)
-    assert pairing.process(event("A", 0), NOW) == [
-        Duplicate(event("A", 0).key, event("A", 0).identity)
-    ]
-    pairing.process(event("B", 0), NOW)
-    assert isinstance(pairing.process(event("B", 0), NOW)[0], Duplicate)
+    topic = Topic()
+    topic.feed(event("A", 0))
+    assert topic.feed(event("A", 0)) == [Duplicate(event("A", 0).key, event("A", 0).identity)]
+    topic.feed(event("B", 0))
+    assert isinstance(topic.feed(event("B", 0))[0], Duplicate)
 
 
 def test_a_different_event_of_a_pending_type_is_a_conflict() -> None:
-    pairing, _ = engine()
-    pairing.process(event("A", 0, 1), NOW)
-    [conflict] = pairing.process(event("A", 0, 2), NOW)
+    topic = Topic()
+    topic.feed(event("A", 0, 1))
+    [conflict] = topic.feed(event("A", 0, 2))
     assert isinstance(conflict, Conflict) and "pending" in conflict.detail
 
 
 def test_any_new_event_for_a_paired_key_is_a_conflict() -> None:
-    pairing, _ = engine()
-    pairing.process(event("A", 0, 1), NOW)
-    pairing.process(event("B", 0, 1), NOW)
-    [conflict] = pairing.process(event("B", 0, 3), NOW)
+    topic = Topic()
+    topic.feed(event("A", 0, 1))
+    topic.feed(event("B", 0, 1))
+    [conflict] = topic.feed(event("B", 0, 3))
     assert isinstance(conflict, Conflict) and "paired" in conflict.detail
 
 
-def test_pending_event_expires_when_stream_time_passes_expiry() -> None:
-    pairing, store = engine()
-    pairing.process(event("A", 0), NOW)
-    assert pairing.process(event("A", 5), NOW) == []  # exactly 5 minutes: still pending
-    [expired] = pairing.process(event("A", 5.1), NOW)
+def test_pending_event_expires_when_the_watermark_passes_expiry() -> None:
+    topic = Topic()
+    topic.feed(event("A", 0))
+    assert topic.feed(event("A", 5)) == []  # exactly 5 minutes: still pending
+    [expired] = topic.feed(event("A", 5.1))
     assert isinstance(expired, Unpaired) and expired.reason == "expired"
-    assert store.data[event("A", 0).key].pending is None
+    assert topic.store.data[event("A", 0).key].pending is None
 
 
-def test_event_older_than_expiry_is_late_at_once_and_never_held() -> None:
-    pairing, store = engine()
-    pairing.process(event("A", 10), NOW)
-    [late] = pairing.process(event("B", 4), NOW)
+def test_the_watermark_is_the_slowest_input_partition() -> None:
+    topic = Topic(sources=2)
+    topic.feed(event("A", 0), source=0)
+    assert topic.engine.watermark_us is None  # partition 1 not heard from yet
+    assert topic.feed(event("A", 30), source=0) == []
+    topic.feed(event("A", 2), source=1)
+    assert topic.engine.watermark_us == event("A", 2).time_us
+    # Partition 1 is behind: its B is on time, and pairs.
+    [paired] = topic.feed(event("B", 0), source=1)
+    assert isinstance(paired, Paired)
+    # Partition 1 catches up: the watermark passes minute 30 - 5 minus a bit.
+    [expired] = topic.feed(event("B", 12), source=1)
+    assert isinstance(expired, Unpaired) and expired.event.identity == event("A", 2).identity
+
+
+def test_an_idle_partition_stops_holding_the_watermark_back() -> None:
+    topic = Topic(sources=2)
+    topic.feed(event("A", 0), source=0)
+    assert topic.tell(1, idle=True) == []  # never written: idle from the start
+    [expired] = topic.feed(event("A", 6), source=0)
+    assert isinstance(expired, Unpaired) and expired.event.identity == event("A", 0).identity
+
+
+def test_late_by_its_own_partition_even_before_the_watermark_moves() -> None:
+    topic = Topic(sources=2)
+    topic.feed(event("A", 10), source=0)
+    # Partition 1 unheard of: no watermark. B at minute 4 is still late, by the
+    # progress of its own partition, and held until its key's window closes.
+    assert topic.feed(event("B", 4), source=0) == []
+    assert topic.store.data[event("B", 4).key].late
+    [late] = topic.tell(1, idle=True)
     assert isinstance(late, Unpaired) and late.reason == "late"
-    assert store.data[event("B", 4).key].pending is None
-    assert isinstance(pairing.process(event("B", 4), NOW)[0], Duplicate)
+    assert isinstance(topic.feed(event("B", 4), source=0)[0], Duplicate)
 
 
-def test_pending_event_expires_after_max_wait_of_wall_clock() -> None:
-    pairing, _ = engine()
-    pairing.process(event("A", 0), NOW)
-    assert pairing.expire_waiting(NOW + 300) == []
-    [expired] = pairing.expire_waiting(NOW + 301)
-    assert isinstance(expired, Unpaired) and expired.reason == "expired"
-    assert pairing.expire_waiting(NOW + 1_000) == []
+def test_a_late_copy_of_an_event_taken_on_time_is_a_duplicate_whatever_comes_first() -> None:
+    for late_first in (True, False):
+        topic = Topic(sources=2)
+        topic.feed(event("A", 10), source=0)
+        topic.feed(event("A", 1), source=1)
+        copy = event("B", 1)
+        steps = [(copy, 0), (copy, 1)] if late_first else [(copy, 1), (copy, 0)]
+        outcomes = [o for e, source in steps for o in topic.feed(e, source)]
+        outcomes += topic.feed(event("A", 11), source=1)
+        assert sorted(type(o).__name__ for o in outcomes) == ["Duplicate", "Paired"], late_first
 
 
-def test_settled_keys_are_forgotten_after_dedup_retention() -> None:
-    pairing, store = engine()
-    pairing.process(event("A", 0), NOW)
-    pairing.process(event("B", 0), NOW)
-    pairing.process(event("A", 60), NOW)
-    assert event("A", 0).key in store.data
-    pairing.process(event("A", 60.1), NOW)
-    assert event("A", 0).key not in store.data
-    assert len(store.data) == 2  # both pending events at minute 60
+def test_past_dedup_retention_every_copy_is_late_and_nothing_is_remembered() -> None:
+    topic = Topic()
+    topic.feed(event("A", 70))
+    for _ in range(2):
+        [late] = topic.feed(event("A", 4))
+        assert isinstance(late, Unpaired) and late.reason == "late"
+    assert event("A", 4).key not in topic.store.data
+
+
+def test_max_wait_expires_only_while_the_watermark_stands_still() -> None:
+    topic = Topic()
+    topic.feed(event("A", 0), now=NOW)
+    topic.feed(event("B", 2), now=NOW + 200)  # the watermark advances at +200
+    topic.feed(event("A", 0.5), now=NOW + 450)  # behind the watermark: it stands still
+    assert topic.engine.expire_waiting(NOW + 400) == []  # A@0 waited 400 s, watermark 200 s
+    expired = topic.engine.expire_waiting(NOW + 501)
+    assert {o.key for o in expired} == {event("A", 0).key, event("B", 2).key}
+    [closed] = topic.engine.expire_waiting(NOW + 751)
+    assert isinstance(closed, Unpaired) and closed.event.identity == event("A", 0.5).identity
+    # A key closed by max wait takes a later event as late.
+    [late] = topic.feed(event("B", 0), now=NOW + 752)
+    assert isinstance(late, Unpaired) and late.reason == "late"
+
+
+def test_keys_are_forgotten_after_expiry_plus_dedup_retention() -> None:
+    topic = Topic()
+    topic.feed(event("A", 0))
+    topic.feed(event("B", 0))
+    topic.feed(event("A", 65))
+    assert event("A", 0).key in topic.store.data
+    topic.feed(event("A", 65.1))
+    assert event("A", 0).key not in topic.store.data
 
 
 def test_reloaded_engine_carries_on_where_the_old_one_stopped() -> None:
-    pairing, store = engine()
-    pairing.process(event("A", 0), NOW)
-    restarted = PairingPartition.load(store, CONFIG, pairing.stream_time_us)
-    [expired] = restarted.process(event("B", 6), NOW)
+    topic = Topic()
+    topic.feed(event("A", 0))
+    topic.engine = PairingPartition.load(topic.store, CONFIG, topic.engine.clock, NOW)
+    [expired] = topic.feed(event("B", 6))
     assert isinstance(expired, Unpaired) and expired.event.type == "A"
 
 
 def test_pending_summary_counts_and_finds_the_oldest_and_longest_waiting() -> None:
-    pairing, _ = engine()
-    assert pairing.pending() == PendingSummary(0, None, None)
-    pairing.process(event("A", 2), NOW)
-    pairing.process(event("A", 1), NOW + 5)  # older event time, arrived later
-    pairing.process(event("B", 3), NOW + 9)
-    summary = pairing.pending()
+    topic = Topic()
+    assert topic.engine.pending() == PendingSummary(0, None, None)
+    topic.feed(event("A", 2), now=NOW)
+    topic.feed(event("A", 1), now=NOW + 5)  # older event time, arrived later
+    topic.feed(event("B", 3), now=NOW + 9)
+    summary = topic.engine.pending()
     assert summary.count == 3
     assert summary.oldest_time_us == event("A", 1).time_us
     assert summary.first_waiting_since == NOW
-    pairing.process(event("B", 2), NOW + 10)  # pairs the first A
-    summary = pairing.pending()
+    topic.feed(event("B", 2), now=NOW + 10)  # pairs the first A
+    summary = topic.engine.pending()
     assert (summary.count, summary.first_waiting_since) == (2, NOW + 5)
-    pairing.process(event("A", 9), NOW + 11)  # stream time 9: minute 1 and 3 expire
-    assert pairing.pending() == PendingSummary(1, event("A", 9).time_us, NOW + 11)
-
-
-# --- property: the engine agrees with the naive reference model ----------------
-
-events_strategy = st.lists(
-    st.tuples(
-        st.sampled_from("AB"),
-        st.integers(min_value=0, max_value=90),  # minute: expiry and retention both matter
-        st.integers(min_value=0, max_value=3),  # value: same value means same identity
-        st.booleans(),  # restart the engine after this event
-    ),
-    max_size=120,
-)
-
-
-def tally(outcomes: list[Outcome], out: Expected) -> None:
-    for outcome in outcomes:
-        if isinstance(outcome, Paired):
-            key = (outcome.key, outcome.a.identity, outcome.b.identity, str(outcome.sum))
-            out.pairs[key] += 1
-        elif isinstance(outcome, Unpaired):
-            e = outcome.event
-            out.unpaired[(outcome.key, e.type, e.identity, outcome.reason)] += 1
-        elif isinstance(outcome, Conflict):
-            out.conflicts[outcome.event.identity] += 1
-        else:
-            out.duplicates += 1
-
-
-@settings(max_examples=300, deadline=None)
-@given(events_strategy)
-# Found by hypothesis: the second copy of A comes 61 minutes of stream time later.
-@example(steps=[("A", 0, 0, False), ("B", 0, 0, False), ("A", 61, 0, False), ("A", 0, 0, False)])
-def test_engine_matches_reference_model(steps: list[tuple[str, int, int, bool]]) -> None:
-    pairing, store = engine()
-    model = ModelPartition(CONFIG.expiry_us, CONFIG.dedup_retention_us)
-    got, want = Expected(), Expected()
-    distinct: set[str] = set()
-    # Copies that came after their key may have been forgotten (dedup retention):
-    # such a copy cannot be told from a new event, and is reported late.
-    forgotten: set[str] = set()
-    stream_minute = -1
-    for kind, minute, value, restart in steps:
-        e = event(kind, minute, value)
-        behind_us = (stream_minute - minute) * MINUTE
-        if e.identity in distinct and behind_us >= CONFIG.dedup_retention_us:
-            forgotten.add(e.identity)
-        stream_minute = max(stream_minute, minute)
-        distinct.add(e.identity)
-        tally(pairing.process(e, NOW), got)
-        model.feed(e, want)
-        if restart:
-            pairing = PairingPartition.load(store, CONFIG, pairing.stream_time_us)
-    got.pending = {s.pending.identity for s in store.data.values() if s.pending}
-    want.pending = {k.pending.identity for k in model.keys.values() if k.pending}
-    assert got == want
-    pending_states = [s for s in store.data.values() if s.pending]
-    summary = pairing.pending()
-    assert summary.count == len(want.pending)
-    assert summary.oldest_time_us == min((s.time_us for s in pending_states), default=None)
-    # Every distinct event ends in exactly one place, or is still pending; a copy
-    # that came after its key was forgotten adds one late record.
-    places: Counter[str] = Counter(got.pending)
-    for pair_key in got.pairs:
-        places.update([pair_key[1], pair_key[2]])
-    places.update(k[2] for k in got.unpaired)
-    places.update(got.conflicts)
-    assert set(places) == distinct
-    assert all(n == 1 for i, n in places.items() if i not in forgotten)
-    late = Counter(k[2] for k in got.unpaired if k[3] == "late")
-    assert all(n == 1 or (n == 2 and late[i] >= 1) for i, n in places.items() if i in forgotten)
+    topic.feed(event("A", 9), now=NOW + 11)  # watermark 9: minutes 1 and 3 expire
+    assert topic.engine.pending() == PendingSummary(1, event("A", 9).time_us, NOW + 11)

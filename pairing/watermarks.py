@@ -1,0 +1,125 @@
+"""Event time across the partitions of the input topic. Pure: no Faust, no Kafka.
+
+Each input partition (a *source*) has a *progress*: the largest valid event time
+seen there. Ingest stamps every event with its source's progress as of that event
+(`SourceProgress`), and tells every keyed partition how far each source has got
+(`WatermarkUpdate` records, inside the source's transactions). A keyed partition
+keeps what it was told (`EventClock`); its *watermark* is the minimum progress over
+the sources that are not idle (caught up and quiet), and never moves backwards.
+
+docs/event-time.md says why the answer then depends on the data only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class WatermarkUpdate:
+    """What one source tells every keyed partition: a watermark record."""
+
+    source: int  # the input partition
+    sources: int  # how many partitions the input topic has
+    progress_us: int | None  # its largest valid event time; None: none yet
+    idle: bool  # caught up and quiet: it stops holding the watermark back
+
+
+@dataclass(frozen=True, slots=True)
+class SourceMark:
+    """What a keyed partition knows of one source."""
+
+    progress_us: int | None
+    idle: bool
+
+
+class EventClock:
+    """A keyed partition's event time: each source's progress and the watermark.
+
+    The watermark is undefined until every source has been heard from (a source
+    not heard from could hold anything). Idle sources do not count; when all are
+    idle, everything there is has been read, and the watermark is the largest
+    progress of any source.
+    """
+
+    __slots__ = ("marks", "sources", "watermark_us")
+
+    def __init__(
+        self,
+        sources: int | None = None,
+        marks: dict[int, SourceMark] | None = None,
+        watermark_us: int | None = None,
+    ) -> None:
+        self.sources = sources
+        self.marks: dict[int, SourceMark] = dict(marks or {})
+        self.watermark_us = watermark_us
+
+    def observe(self, update: WatermarkUpdate) -> bool:
+        """Take a watermark record; whether the watermark advanced."""
+        self.sources = max(self.sources or 0, update.sources)
+        known = self.marks.get(update.source)
+        progress = update.progress_us
+        if known is not None and known.progress_us is not None:
+            progress = known.progress_us if progress is None else max(progress, known.progress_us)
+        self.marks[update.source] = SourceMark(progress, update.idle)
+        candidate = self._minimum()
+        if candidate is None or (self.watermark_us is not None and candidate <= self.watermark_us):
+            return False
+        self.watermark_us = candidate
+        return True
+
+    def _minimum(self) -> int | None:
+        if self.sources is None:
+            return None
+        active: list[int] = []
+        quiet: list[int] = []
+        for source in range(self.sources):
+            mark = self.marks.get(source)
+            if mark is None:
+                return None
+            if mark.idle:
+                if mark.progress_us is not None:
+                    quiet.append(mark.progress_us)
+            elif mark.progress_us is None:
+                return None
+            else:
+                active.append(mark.progress_us)
+        if active:
+            return min(active)
+        # Every source is caught up and quiet: the stream has been read to its end.
+        return max(quiet) if quiet else None
+
+
+class SourceProgress:
+    """Ingest's view of one source within an assignment: its progress, and whether
+    the keyed partitions have been told of it.
+
+    The keyed partitions are told in the source's own transactions: at once when
+    the source was idle or newly assigned (`must_announce`), and otherwise with each
+    commit (`untold`), so that every committed progress reaches them.
+    """
+
+    __slots__ = ("idle", "must_announce", "progress_us", "told_us")
+
+    def __init__(self, progress_us: int | None) -> None:
+        self.progress_us = progress_us
+        self.told_us: int | None = None
+        self.must_announce = True
+        self.idle = False
+
+    def observe(self, time_us: int) -> int:
+        """A valid event of this source; its stamp: the progress including it."""
+        if self.progress_us is None or time_us > self.progress_us:
+            self.progress_us = time_us
+        return self.progress_us
+
+    def untold(self) -> bool:
+        return self.progress_us is not None and self.progress_us != self.told_us
+
+    def told(self) -> None:
+        self.told_us = self.progress_us
+        self.must_announce = False
+        self.idle = False
+
+    def update(self, source: int, sources: int) -> WatermarkUpdate:
+        return WatermarkUpdate(source, sources, self.progress_us, self.idle)
