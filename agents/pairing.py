@@ -14,9 +14,12 @@ from app.topics import dead_letters, keyed_events, pairs, unpaired
 from pairing.events import format_time
 from pairing.records import (
     TICK,
+    WATERMARK_KEY,
     KeyedEvent,
     conflict_record,
     decode_keyed_event,
+    decode_watermark,
+    loads,
     pair_record,
     unpaired_record,
 )
@@ -46,14 +49,14 @@ async def forget_engines(sender: Any, *args: Any, signal: Any, **kwargs: Any) ->
 def engine_for(partition: int) -> tuple[PairingPartition, PartitionState]:
     if partition not in engines:
         state = PartitionState(partition)
-        engine = PairingPartition.load(state, conf.pairing, state.stream_time())
+        engine = PairingPartition.load(state, conf.pairing, state.clock(), time.time())
         engines[partition] = (engine, state)
     return engines[partition]
 
 
 def pending_by_partition() -> dict[int, tuple[PendingSummary, int | None]]:
-    """Pending events and stream time of each partition whose engine is loaded."""
-    return {p: (engine.pending(), engine.stream_time_us) for p, (engine, _) in engines.items()}
+    """Pending events and watermark of each partition whose engine is loaded."""
+    return {p: (engine.pending(), engine.watermark_us) for p, (engine, _) in engines.items()}
 
 
 @app.agent(keyed_events)
@@ -62,20 +65,21 @@ async def pair(stream: Any) -> None:
         async with exactly_once(app, event) as step:
             engine, state = engine_for(event.message.partition)
             state.step = step
-            stream_time = engine.stream_time_us
             now = time.time()
             value = event.message.value
             assert value is not None  # written by ingest or the tick timer, never empty
-            if value == TICK:
+            keyed = None
+            if event.message.key == WATERMARK_KEY:
+                step.count("watermarks")
+                outcomes: list[Outcome] = engine.observe(decode_watermark(loads(value)), now)
+                state.set_clock(engine.clock)
+            elif value == TICK:
                 step.count("ticks")
-                outcomes: list[Outcome] = engine.expire_waiting(now)
-                keyed = None
+                outcomes = engine.expire_waiting(now)
             else:
                 step.count("events_in")
                 keyed = decode_keyed_event(value)
-                outcomes = engine.process(keyed.event, now)
-            if engine.stream_time_us is not None and engine.stream_time_us != stream_time:
-                state.set_stream_time(engine.stream_time_us)
+                outcomes = engine.process(keyed.event, keyed.progress_us, now)
             publish(outcomes, keyed, step, now)
 
 
@@ -99,8 +103,9 @@ def publish(outcomes: list[Outcome], keyed: KeyedEvent | None, step: Step, now: 
 
 @app.timer(interval=conf.tick_interval_seconds, on_leader=True)
 async def tick() -> None:
-    """Let quiet partitions expire events that waited longer than max_wait.
-    Ticks are triggers, not data: a duplicate tick changes nothing."""
+    """Let quiet partitions expire events that waited longer than max_wait while
+    the watermark stood still. Ticks are triggers, not data: a duplicate tick
+    changes nothing."""
     for partition in range(conf.partitions):
         await app.producer.send(
             keyed_events.get_topic_name(), b"~tick", TICK, partition, None, None

@@ -21,7 +21,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
@@ -55,6 +55,17 @@ _closing = False
 _interrupted_steps = 0
 
 
+Record = tuple[str, bytes | None, bytes | None, int | None]  # topic, key, value, partition
+
+# Per input topic: the records each of its partitions adds to its transaction just
+# before a commit (ingest: the partition's event-time progress). Set at import.
+_before_commit: dict[str, Callable[[TP], list[Record]]] = {}
+
+
+def before_commit(topic: str, records: Callable[[TP], list[Record]]) -> None:
+    _before_commit[topic] = records
+
+
 def local_state_is_committed() -> bool:
     return _interrupted_steps == 0
 
@@ -83,6 +94,11 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
     async def _commit_tps(self, tps: Any, start_new_transaction: bool) -> bool:
         async with _processing:
             tps = list(tps)
+            for tp in tps:
+                hook = _before_commit.get(tp.topic)
+                records = hook(tp) if hook is not None else []
+                if records:
+                    await _send_in_transaction(self.app, tp, records)
             before = {tp: self._committed_offset.get(tp) for tp in tps}
             result: bool = await super()._commit_tps(tps, start_new_transaction)
             if result:
@@ -258,7 +274,7 @@ class Step:
     __slots__ = ("counts", "records")
 
     def __init__(self) -> None:
-        self.records: list[tuple[str, bytes | None, bytes | None, int | None]] = []
+        self.records: list[Record] = []
         self.counts: Counter[str] = Counter()
 
     def send(
@@ -348,23 +364,42 @@ async def exactly_once(app: AppT, event: EventT[Any]) -> AsyncIterator[Step]:
     try:
         yield step
         tp = event.message.tp
-        tid = transactional_id(app, tp)
         async with _processing:
-            producer = faust_aiokafka.Producer._transaction_producers.get(tid)
-            if producer is None:
-                # Sending without the transaction would break exactly-once: stop instead.
-                raise DeliveryFailed(f"no open transaction {tid} for {tp}")
-            async with faust_aiokafka.Producer._trn_locks[tid]:
-                for topic, key, value, partition in step.records:
-                    delivery = await producer.send(topic, value, key=key, partition=partition)
-                    delivery.add_done_callback(_crash_on_failure(app))
-                event.ack()
-                _progress[tp].processed(event.message.offset)
+            await _send_in_transaction(app, tp, step.records)
+            event.ack()
+            _progress[tp].processed(event.message.offset)
         stats.processed(tp, step.counts, time.time())
         completed = True
     finally:
         if not completed:
             _interrupted_steps += 1
+
+
+async def _send_in_transaction(app: AppT, tp: TP, records: list[Record]) -> None:
+    """Send into the open transaction that carries tp's offsets. The caller holds
+    `_processing`, so no commit comes in between."""
+    tid = transactional_id(app, tp)
+    producer = faust_aiokafka.Producer._transaction_producers.get(tid)
+    if producer is None:
+        # Sending without the transaction would break exactly-once: stop instead.
+        raise DeliveryFailed(f"no open transaction {tid} for {tp}")
+    async with faust_aiokafka.Producer._trn_locks[tid]:
+        for topic, key, value, partition in records:
+            delivery = await producer.send(topic, value, key=key, partition=partition)
+            delivery.add_done_callback(_crash_on_failure(app))
+
+
+async def caught_up(app: AppT, tp: TP) -> bool:
+    """Whether everything in an input partition has been fetched, processed and
+    committed: nothing of it is on its way."""
+    consumer = cast(Any, app.consumer)
+    progress = _progress.get(tp)
+    highwater: int | None = consumer.highwater(tp)
+    if progress is None or progress.next is None or progress.unprocessed or highwater is None:
+        return False
+    committed = consumer._committed_offset.get(tp) or 0
+    position: int | None = await consumer.position(tp)
+    return position is not None and position >= highwater and committed >= progress.next
 
 
 def _crash_on_failure(app: Any) -> Any:

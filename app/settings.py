@@ -27,7 +27,7 @@ class Settings(BaseSettings):
     )
     events_topic: str = "events"
     events_partitions: int = Field(
-        1, ge=1, description="partitions of the input topic, if we create it"
+        8, ge=1, description="partitions of the input topic: created so, or checked at start"
     )
     keyed_topic: str = Field("events-by-timestamp", description="events re-keyed by pairing key")
     pairs_topic: str = "pairs"
@@ -39,16 +39,24 @@ class Settings(BaseSettings):
     replication_factor: int = Field(1, ge=1)
 
     # Pairing rules
-    expiry_seconds: float = Field(300.0, gt=0, description="stream-time expiry of a pending event")
+    expiry_seconds: float = Field(300.0, gt=0, description="event-time expiry of a pending event")
     max_wait_seconds: float | None = Field(
-        None, gt=0, description="wall-clock expiry; default = expiry"
+        None,
+        gt=0,
+        description="wall-clock expiry while the watermark stands still; default = expiry",
     )
     dedup_retention_seconds: float = Field(
-        3600.0, gt=0, description="stream time an identity is remembered"
+        3600.0, gt=0, description="event time an identity is remembered after its expiry"
+    )
+    idle_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="an input partition caught up and quiet this long stops holding the"
+        " watermark back",
     )
     max_event_bytes: int = Field(65536, gt=0)
     tick_interval_seconds: float = Field(
-        10.0, gt=0, description="how often quiet partitions check max_wait"
+        10.0, gt=0, description="how often quiet partitions check max wait and idleness"
     )
 
     # Processing

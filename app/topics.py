@@ -6,26 +6,28 @@ from __future__ import annotations
 import faust
 
 from app.faust_app import app
-from app.kafka_admin import ensure_topics
+from app.kafka_admin import check_input_partitions, ensure_topics
 from app.settings import settings
 
 conf = settings()
 
 
-def _topic(name: str, *, internal: bool = False) -> faust.TopicT:
+def _topic(name: str, *, internal: bool = False, partitions: int = conf.partitions) -> faust.TopicT:
     return app.topic(
         name,
         key_type=bytes,
         value_type=bytes,
         key_serializer="raw",
         value_serializer="raw",
-        partitions=conf.partitions,
+        partitions=partitions,
         replicas=conf.replication_factor,
         internal=internal,
     )
 
 
-events = _topic(conf.events_topic)
+# Internal: faust creates it before subscribing, so a worker started before its
+# input exists consumes it (a topic missing at subscription was ignored for good).
+events = _topic(conf.events_topic, internal=True, partitions=conf.events_partitions)
 keyed_events = _topic(conf.keyed_topic, internal=True)  # events re-keyed by timestamp
 pairs = _topic(conf.pairs_topic)
 unpaired = _topic(conf.unpaired_topic)
@@ -38,3 +40,4 @@ SINKS = (pairs, unpaired, dead_letters)
 async def declare_topics() -> None:
     # The broker does not auto-create topics; sinks must exist before the first send.
     await ensure_topics(conf)
+    await check_input_partitions(conf)

@@ -100,17 +100,17 @@ def _pending(loaded: tuple[PendingSummary, int | None] | None, now: float) -> di
     """None until the partition's rule engine is loaded (by its first event or tick)."""
     if loaded is None:
         return None
-    summary, stream_time_us = loaded
+    summary, watermark_us = loaded
     oldest_age = None
-    if summary.oldest_time_us is not None and stream_time_us is not None:
-        oldest_age = (stream_time_us - summary.oldest_time_us) / MICROS
+    if summary.oldest_time_us is not None and watermark_us is not None:
+        oldest_age = (watermark_us - summary.oldest_time_us) / MICROS
     return {
         "count": summary.count,
-        "oldest_age_seconds": oldest_age,  # in stream time: what expiry measures
+        "oldest_age_seconds": oldest_age,  # in event time, to the watermark: what expiry measures
         "longest_wait_seconds": (
             None if summary.first_waiting_since is None else now - summary.first_waiting_since
         ),
-        "stream_time": None if stream_time_us is None else _iso(stream_time_us / MICROS),
+        "watermark": None if watermark_us is None else _iso(watermark_us / MICROS),
     }
 
 

@@ -108,6 +108,9 @@ def decode_watermark(doc: Mapping[str, Any]) -> WatermarkUpdate:
     return WatermarkUpdate(mark["source"], mark["sources"], mark["progress"], mark["idle"])
 
 
+CLOCK_KEY = b"~clock"  # where a keyed partition keeps its clock; "~": never a timestamp
+
+
 def encode_clock(clock: EventClock) -> bytes:
     marks = {str(s): [m.progress_us, m.idle] for s, m in sorted(clock.marks.items())}
     return dumps({"watermark": clock.watermark_us, "sources": clock.sources, "marks": marks})

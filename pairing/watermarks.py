@@ -91,24 +91,26 @@ class EventClock:
 
 
 class SourceProgress:
-    """Ingest's view of one source within an assignment: its progress, and whether
-    the keyed partitions have been told of it.
+    """Ingest's view of one source within an assignment: its progress, whether the
+    keyed partitions have been told of it, and whether it has gone idle.
 
     The keyed partitions are told in the source's own transactions: at once when
     the source was idle or newly assigned (`must_announce`), and otherwise with each
     commit (`untold`), so that every committed progress reaches them.
     """
 
-    __slots__ = ("idle", "must_announce", "progress_us", "told_us")
+    __slots__ = ("idle", "must_announce", "progress_us", "seen_at", "told_us")
 
-    def __init__(self, progress_us: int | None) -> None:
+    def __init__(self, progress_us: int | None, now: float) -> None:
         self.progress_us = progress_us
         self.told_us: int | None = None
         self.must_announce = True
         self.idle = False
+        self.seen_at = now  # wall clock of its last record, or of the assignment
 
-    def observe(self, time_us: int) -> int:
+    def observe(self, time_us: int, now: float) -> int:
         """A valid event of this source; its stamp: the progress including it."""
+        self.seen_at = now
         if self.progress_us is None or time_us > self.progress_us:
             self.progress_us = time_us
         return self.progress_us
@@ -120,6 +122,17 @@ class SourceProgress:
         self.told_us = self.progress_us
         self.must_announce = False
         self.idle = False
+
+    def goes_idle(self, now: float, idle_timeout_s: float) -> bool:
+        """Whether a source that is caught up should now be declared idle: quiet for
+        the idle timeout, or at once if it never had a valid event."""
+        if self.idle:
+            return False
+        return self.progress_us is None or now - self.seen_at >= idle_timeout_s
+
+    def went_idle(self) -> None:
+        self.idle = True
+        self.must_announce = True  # its next event tells the keyed partitions at once
 
     def update(self, source: int, sources: int) -> WatermarkUpdate:
         return WatermarkUpdate(source, sources, self.progress_us, self.idle)

@@ -1,7 +1,8 @@
 """The pairing state: one changelog-backed RocksDB table, keyed by pairing key.
 
 Partition p of the table (and of its changelog) holds the keys of partition p
-of the keyed topic, plus one `~stream-time` entry. Writes go to the local
+of the keyed topic, plus its event clock (`~clock`: what it knows of each input
+partition's progress, and the watermark). Writes go to the local
 RocksDB at once and to the changelog inside the event's transaction (the
 `Step`), never through faust's own buffered changelog path.
 """
@@ -13,9 +14,10 @@ from collections.abc import Iterator
 from app.exactly_once import Step
 from app.faust_app import app
 from app.settings import settings
-from pairing.records import decode_state, encode_state
+from pairing.records import CLOCK_KEY, decode_clock, decode_state, encode_clock, encode_state
 from pairing.routing import partition_for
 from pairing.rules import KeyState
+from pairing.watermarks import EventClock
 
 conf = settings()
 
@@ -26,8 +28,6 @@ table = app.Table(
     value_type=bytes,
     options={"driver": "rocksdict"},
 )
-
-STREAM_TIME_KEY = b"~stream-time"  # "~" sorts after digits: never a timestamp
 
 
 class PartitionState:
@@ -53,18 +53,17 @@ class PartitionState:
 
     def items(self) -> Iterator[tuple[str, KeyState]]:
         for raw_key, raw_value in table.data.items():
-            if raw_key == STREAM_TIME_KEY:
+            if raw_key == CLOCK_KEY:
                 continue
             key = raw_key.decode()
             if partition_for(key, conf.partitions) == self.partition:
                 yield key, decode_state(raw_value)
 
-    def stream_time(self) -> int | None:
-        raw = table.data.get(STREAM_TIME_KEY)
-        return None if raw is None else int(raw)
+    def clock(self) -> EventClock:
+        return decode_clock(table.data.get(CLOCK_KEY))
 
-    def set_stream_time(self, time_us: int) -> None:
-        self._write(STREAM_TIME_KEY, str(time_us).encode())
+    def set_clock(self, clock: EventClock) -> None:
+        self._write(CLOCK_KEY, encode_clock(clock))
 
     def _write(self, key: bytes, value: bytes) -> None:
         table.data[key] = value

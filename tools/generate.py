@@ -1,6 +1,12 @@
 """A realistic A/B event stream: out of order, missing partners, duplicates,
 conflicts, late arrivals and invalid records, reproducible from a seed.
 
+Records carry producer keys as real producers set them: a source's id (most), a
+random key per message, or none; the producer's partitioner spreads them over all
+partitions of the topic. A conflicting second A comes from the source of the first
+one, under its key (docs/event-time.md: the one decision that depends on which
+partition is read first when contenders are on different partitions).
+
     python -m tools.generate --count 10000 --rate 2000 --seed 7
 """
 
@@ -33,6 +39,9 @@ INVALID_RECORDS: list[bytes | None] = [
 ]
 
 
+Record = tuple[bytes | None, bytes | None]  # producer key, value
+
+
 @dataclass(frozen=True)
 class StreamShape:
     count: int = 10_000  # records in all, invalid ones included
@@ -45,15 +54,28 @@ class StreamShape:
     decimals: float = 0.3  # share of values with two decimals
     ids: float = 0.7  # share of events carrying an id
     spacing_s: float = 1.0  # seconds between successive timestamps
+    source_keys: float = 0.6  # share of records keyed by their source's id
+    random_keys: float = 0.2  # share keyed at random; the rest have no key
     seed: int = 1
 
 
-def generate(shape: StreamShape) -> list[bytes | None]:
+def generate(shape: StreamShape) -> list[Record]:
     rng = random.Random(shape.seed)
-    timed: list[tuple[float, int, bytes | None]] = []  # (arrival, tiebreak, record)
+    timed: list[tuple[float, int, Record]] = []  # (arrival, tiebreak, record)
 
-    def emit(arrival: float, record: bytes | None) -> None:
+    def emit(arrival: float, record: Record) -> None:
         timed.append((arrival, len(timed), record))
+
+    def source_key(kind: str) -> bytes:
+        return f"sensor-{kind}-{rng.randrange(16)}".encode()
+
+    def producer_key(kind: str) -> bytes | None:
+        draw = rng.random()
+        if draw < shape.source_keys:
+            return source_key(kind)
+        if draw < shape.source_keys + shape.random_keys:
+            return b"msg-%032x" % rng.getrandbits(128)
+        return None
 
     def value() -> str:
         if rng.random() < shape.decimals:
@@ -73,25 +95,30 @@ def generate(shape: StreamShape) -> list[bytes | None]:
         kinds = ["A", "B"]
         if rng.random() < shape.missing:
             kinds.remove(rng.choice(kinds))
-        if rng.random() < shape.conflicts:
+        conflicting = rng.random() < shape.conflicts
+        a_source = source_key("A")
+        if conflicting:
             kinds.append("A")
         for kind in kinds:
             raw = record(kind, at, key_n)
+            key = a_source if conflicting and kind == "A" else producer_key(kind)
             arrival = at + rng.uniform(0, shape.disorder_s)
             if rng.random() < shape.late:
                 arrival += 600 + rng.uniform(0, 300)
-            emit(arrival, raw)
-            if rng.random() < shape.duplicates:
-                emit(arrival + rng.uniform(0, shape.disorder_s), raw)
+            emit(arrival, (key, raw))
+            if rng.random() < shape.duplicates:  # a retry: the same key and value
+                emit(arrival + rng.uniform(0, shape.disorder_s), (key, raw))
         if rng.random() < shape.invalid * 2:
-            emit(at, rng.choice(INVALID_RECORDS))
+            bad = rng.choice(INVALID_RECORDS)
+            # A record with neither key nor value cannot be sent.
+            emit(at, (producer_key("A") if bad is not None else source_key("A"), bad))
         key_n += 1
     timed.sort()
-    return [raw for _, _, raw in timed[: shape.count]]
+    return [entry for _, _, entry in timed[: shape.count]]
 
 
 async def produce(
-    records: list[bytes | None], bootstrap: str, topic: str, rate: float, progress: bool
+    records: list[Record], bootstrap: str, topic: str, rate: float, progress: bool
 ) -> None:
     from aiokafka import AIOKafkaProducer
 
@@ -106,9 +133,9 @@ async def produce(
         bar = tqdm(total=len(records), unit="ev", desc=f"producing to {topic}")
     try:
         started = time.monotonic()
-        for n, raw in enumerate(records, 1):
-            # Producers key by their own notion (here: a source id), never by timestamp.
-            await producer.send(topic, raw, key=b"source-%d" % (n % 7), partition=0)
+        for n, (key, value) in enumerate(records, 1):
+            # The partitioner places it: by key, at random when there is none.
+            await producer.send(topic, value, key=key)
             if bar is not None:
                 bar.update()
             if rate > 0:
@@ -136,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     records = generate(shape)
     if args.save:
         with open(args.save, "w") as out:
-            for raw in records:
+            for _, raw in records:
                 text = None if raw is None else raw.decode("latin-1")
                 out.write(json.dumps(text) + "\n")
     conf = settings()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import signal
 import socket
@@ -14,10 +15,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
 from app.kafka_admin import ensure_topics
 from app.settings import Settings
 from tests.reference_model import Expected, expected_outputs
-from tools.generate import produce
+from tools.generate import Record, produce
 from tools.read_outputs import OutputReader, Outputs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,6 +52,9 @@ class Pipeline:
             "PAIRSTREAM_PARTITIONS": "4",
             "PAIRSTREAM_MAX_WAIT_SECONDS": NEVER,
             "PAIRSTREAM_TICK_INTERVAL_SECONDS": NEVER,
+            # Short, so every run ends with all input partitions idle (the final
+            # watermark is then the largest progress: `expected(all_idle=True)`).
+            "PAIRSTREAM_IDLE_TIMEOUT_SECONDS": "3",
             **overrides,
         }
         fields = {k.removeprefix("PAIRSTREAM_").lower(): v for k, v in self.env_vars.items()}
@@ -60,17 +67,74 @@ class Pipeline:
     def worker(self, index: int = 0) -> Worker:
         return Worker(self, index)
 
-    async def produce(self, records: list[bytes | None], rate: float = 0) -> None:
+    async def produce(self, records: list[Record], rate: float = 0) -> None:
         await produce(records, self.conf.bootstrap_servers, self.conf.events_topic, rate, False)
 
-    def expected(self, records: list[bytes | None]) -> Expected:
+    def model(
+        self, sources: list[list[bytes | None]], drained: bool = False, all_idle: bool = True
+    ) -> Expected:
         return expected_outputs(
-            records,
-            self.conf.partitions,
+            sources,
             expiry_us=int(self.conf.expiry_seconds * 1_000_000),
             retention_us=int(self.conf.dedup_retention_seconds * 1_000_000),
             max_bytes=self.conf.max_event_bytes,
+            drained=drained,
+            all_idle=all_idle,
         )
+
+    async def expected(self, drained: bool = False, all_idle: bool = True) -> Expected:
+        """The model over what the input topic holds now, partition by partition."""
+        return self.model(await self.input_partitions(), drained, all_idle)
+
+    async def input_partitions(self) -> list[list[bytes | None]]:
+        landed = await read_partitions(self.conf, self.conf.events_topic)
+        return [[value for _, value in partition] for partition in landed]
+
+    def planned(self, records: list[Record]) -> Expected:
+        """Roughly what `records` will give, before they are produced (to plan faults by)."""
+        return self.model([[value for _, value in records]])
+
+
+async def read_partitions(conf: Settings, topic: str) -> list[list[Record]]:
+    """A topic as it is, with read_committed: each partition's records in order."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=conf.bootstrap_servers,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        await consumer._client.force_metadata_update()
+        numbers = sorted(consumer.partitions_for_topic(topic) or ())
+        partitions = [TopicPartition(topic, p) for p in numbers]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await _end_offsets(consumer, partitions)
+        records: list[list[Record]] = []
+        for tp in partitions:
+            records.append([])
+            while await consumer.position(tp) < ends[tp]:
+                batch = await consumer.getmany(tp, timeout_ms=1000)
+                records[-1].extend((m.key, m.value) for m in batch.get(tp, []))
+        return records
+    finally:
+        await consumer.stop()
+
+
+async def _end_offsets(
+    consumer: AIOKafkaConsumer, partitions: list[TopicPartition], timeout: float = 120
+) -> dict[TopicPartition, int]:
+    """End offsets, waiting out a leader election (right after a broker restart)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            ends: dict[TopicPartition, int] = await consumer.end_offsets(partitions)
+            return ends
+        except KafkaError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)  # retry backoff while a new leader is elected
+            await consumer._client.force_metadata_update()
 
 
 STOP_GRACE_SECONDS = 30.0  # Kubernetes' default terminationGracePeriodSeconds
@@ -203,8 +267,10 @@ def compare(outputs: Outputs, expected: Expected) -> dict[str, Any]:
     pairs = Counter((p["timestamp"], p["a_id"], p["b_id"], str(p["sum"])) for p in outputs.pairs)
     unpaired = Counter((u["timestamp"], u["type"], u["id"], u["reason"]) for u in outputs.unpaired)
     conflicts = Counter(d["id"] for d in outputs.dead_letters if d["reason"].startswith("conflict"))
-    invalid = sorted(
-        d["source_offset"] for d in outputs.dead_letters if not d["reason"].startswith("conflict")
+    invalid = Counter(
+        dead_lettered_bytes(d)
+        for d in outputs.dead_letters
+        if not d["reason"].startswith("conflict")
     )
     problems: dict[str, Any] = {}
     for name, got, want in [
@@ -220,14 +286,22 @@ def compare(outputs: Outputs, expected: Expected) -> dict[str, Any]:
                 "want": sum(want.values()),
             }
     if invalid != expected.invalid:
-        problems["invalid"] = {"got": len(invalid), "want": len(expected.invalid)}
+        problems["invalid"] = {"got": invalid.total(), "want": expected.invalid.total()}
     return problems
+
+
+def dead_lettered_bytes(record: dict[str, Any]) -> bytes | None:
+    """The input record a dead letter keeps."""
+    if "value_base64" in record:
+        return base64.b64decode(record["value_base64"])
+    value = record["value"]
+    return None if value is None else str(value).encode()
 
 
 def expected_total(expected: Expected) -> int:
     return (
-        sum(expected.pairs.values())
-        + sum(expected.unpaired.values())
-        + sum(expected.conflicts.values())
-        + len(expected.invalid)
+        expected.pairs.total()
+        + expected.unpaired.total()
+        + expected.conflicts.total()
+        + expected.invalid.total()
     )

@@ -1,38 +1,59 @@
-"""The real pipeline against the real broker, checked against the reference model."""
+"""The real pipeline against the real broker, checked against the reference model
+computed from what each input partition holds."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+import zlib
 from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import Pipeline, compare, expected_total, wait_for_outputs
-from tools.generate import INVALID_RECORDS, StreamShape, generate
-from tools.read_outputs import OutputReader
+from tests.integration.harness import (
+    Pipeline,
+    compare,
+    expected_total,
+    read_partitions,
+    wait_for_outputs,
+)
+from tools.generate import INVALID_RECORDS, Record, StreamShape, generate
+from tools.read_outputs import OutputReader, Outputs
 
 pytestmark = pytest.mark.broker
 
 
-async def run_to_completion(pipeline: Pipeline, records: list[bytes | None]) -> None:
-    expected = pipeline.expected(records)
-    worker = pipeline.worker().start()
+async def run_to_completion(
+    pipeline: Pipeline, records: list[Record], *, before_worker: bool = False
+) -> Outputs:
+    """Produce `records` (before the worker starts, or once it is ready), wait for
+    every output the model predicts, and return what was committed."""
+    worker = pipeline.worker()
     try:
+        if before_worker:
+            await pipeline.produce(records)
+        worker.start()
         await worker.wait_ready()
-        await pipeline.produce(records)
+        if not before_worker:
+            await pipeline.produce(records)
+        expected = await pipeline.expected()
         async with OutputReader(pipeline.conf) as reader:
-            await wait_for_outputs(reader, expected_total(expected), timeout=180)
+            await wait_for_outputs(reader, expected_total(expected), timeout=300)
             worker.stop()  # nothing more can commit after this
             outputs = await reader.read_available()
     finally:
         worker.kill()
     assert compare(outputs, expected) == {}
     assert expected.pending  # the stream leaves some events waiting: a real check
+    return outputs
 
 
 async def test_generated_stream_matches_reference_model(broker: str, tmp_path: Path) -> None:
     records = generate(StreamShape(count=4000, seed=11))
-    await run_to_completion(await Pipeline(broker, tmp_path).create_topics(), records)
+    pipeline = await Pipeline(broker, tmp_path).create_topics()
+    await run_to_completion(pipeline, records)
+    spread = [len(p) for p in await read_partitions(pipeline.conf, pipeline.conf.events_topic)]
+    assert len(spread) == 8 and min(spread) > 0, spread
 
 
 async def test_every_kind_of_bad_input_is_dead_lettered_and_neighbours_processed(
@@ -43,16 +64,14 @@ async def test_every_kind_of_bad_input_is_dead_lettered_and_neighbours_processed
         b"x" * 70_000
     )
     bad: list[bytes | None] = [*INVALID_RECORDS, oversize]
-    records: list[bytes | None] = []
-    for i, raw in enumerate(good):
-        records.append(raw)
+    records: list[Record] = []
+    for i, record in enumerate(good):
+        records.append(record)
         if i % 20 == 0 and bad:
-            records.append(bad.pop())
+            records.append((b"bad-%d" % i, bad.pop()))
     assert not bad
     pipeline = await Pipeline(broker, tmp_path).create_topics()
-    await run_to_completion(pipeline, records)
-    async with OutputReader(pipeline.conf) as reader:
-        outputs = await reader.read_available()
+    outputs = await run_to_completion(pipeline, records)
     reasons = [d["reason"] for d in outputs.dead_letters if not d["reason"].startswith("conflict")]
     assert len(reasons) == len(INVALID_RECORDS) + 1
     assert all(reasons), reasons
@@ -71,12 +90,12 @@ async def test_quiet_stream_still_drains_by_max_wait(broker: str, tmp_path: Path
     worker = pipeline.worker().start()
     try:
         await worker.wait_ready()
-        await pipeline.produce([lonely])
+        await pipeline.produce([(b"sensor-A-1", lonely)])
         async with OutputReader(pipeline.conf) as reader:
             outputs = await wait_for_outputs(reader, 1, timeout=120)
     finally:
         worker.kill()
-    # Stream time never moved past the event: only the wall clock can expire it.
+    # The watermark never passes the event: only the wall clock can expire it.
     assert outputs.unpaired == [
         {
             "timestamp": "2024-02-09T21:00:00Z",
@@ -88,6 +107,92 @@ async def test_quiet_stream_still_drains_by_max_wait(broker: str, tmp_path: Path
     ]
 
 
+async def test_a_backlog_slower_than_max_wait_loses_no_pair_to_it(
+    broker: str, tmp_path: Path
+) -> None:
+    """Max wait is 3 s and working through the backlog takes longer: while the
+    watermark advances, nothing expires by the wall clock. Drained at the end."""
+    pipeline = await Pipeline(
+        broker,
+        tmp_path,
+        PAIRSTREAM_MAX_WAIT_SECONDS="3",
+        PAIRSTREAM_TICK_INTERVAL_SECONDS="0.5",
+    ).create_topics()
+    records = generate(StreamShape(count=12_000, seed=17))
+    await pipeline.produce(records)
+    expected = await pipeline.expected(drained=True)
+    worker = pipeline.worker().start()
+    try:
+        await worker.wait_ready()
+        async with OutputReader(pipeline.conf) as reader:
+            await wait_for_outputs(reader, expected_total(expected), timeout=300)
+            worker.stop()
+            outputs = await reader.read_available()
+    finally:
+        worker.kill()
+    assert compare(outputs, expected) == {}
+    assert expected.pairs.total() > 5000
+
+
+async def test_never_written_partitions_do_not_stop_expiry_by_event_time(
+    broker: str, tmp_path: Path
+) -> None:
+    """Partitions 6 and 7 never get a record, and the others never go idle: events
+    expire because the watermark moves on the six that are written."""
+    pipeline = await Pipeline(
+        broker, tmp_path, PAIRSTREAM_IDLE_TIMEOUT_SECONDS="100000"
+    ).create_topics()
+    records = generate(StreamShape(count=3000, seed=23))
+    sources: list[list[bytes | None]] = [[] for _ in range(8)]
+    for n, (key, value) in enumerate(records):
+        # Spread like a partitioner over six partitions: by key, else round robin.
+        sources[zlib.crc32(key) % 6 if key else n % 6].append(value)
+    expected = pipeline.model(sources, all_idle=False)
+    assert sum(n for k, n in expected.unpaired.items() if k[3] == "expired") > 20
+    worker = pipeline.worker().start()
+    try:
+        await worker.wait_ready()
+        await produce_to_partitions(pipeline, sources)
+        assert await pipeline.input_partitions() == sources
+        async with OutputReader(pipeline.conf) as reader:
+            await wait_for_outputs(reader, expected_total(expected), timeout=180)
+            worker.stop()
+            outputs = await reader.read_available()
+    finally:
+        worker.kill()
+    assert compare(outputs, expected) == {}
+
+
+async def produce_to_partitions(pipeline: Pipeline, sources: list[list[bytes | None]]) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=pipeline.conf.bootstrap_servers, linger_ms=5)
+    await producer.start()
+    try:
+        sends = [
+            # A record with neither key nor value cannot be sent.
+            await producer.send(
+                pipeline.conf.events_topic,
+                value,
+                key=None if value is not None else b"null",
+                partition=partition,
+            )
+            for partition, values in enumerate(sources)
+            for value in values
+        ]
+        await asyncio.gather(*sends)
+    finally:
+        await producer.stop()
+
+
+async def test_a_worker_started_before_its_input_topic_exists_consumes_it(
+    broker: str, tmp_path: Path
+) -> None:
+    pipeline = Pipeline(broker, tmp_path)  # no topic created
+    records = generate(StreamShape(count=2000, seed=29))
+    await run_to_completion(pipeline, records)
+
+
 @pytest.mark.parametrize("lose_data_dir", [False, True], ids=["local-rocksdb", "changelog-only"])
 async def test_state_survives_a_restart(broker: str, tmp_path: Path, lose_data_dir: bool) -> None:
     """Half the stream, a clean stop, then the rest: pending events of the first
@@ -96,14 +201,13 @@ async def test_state_survives_a_restart(broker: str, tmp_path: Path, lose_data_d
     records = generate(StreamShape(count=3000, seed=21))
     pipeline = await Pipeline(broker, tmp_path).create_topics()
     first, second = records[:1500], records[1500:]
-    expected_first = pipeline.expected(first)
-    expected = pipeline.expected(records)
     worker = pipeline.worker()
     try:
         async with OutputReader(pipeline.conf) as reader:
             worker.start()
             await worker.wait_ready()
             await pipeline.produce(first)
+            expected_first = await pipeline.expected()
             await wait_for_outputs(reader, expected_total(expected_first), timeout=180)
             worker.stop()
             assert (worker.data_dir / "clean-shutdown").exists()
@@ -113,6 +217,7 @@ async def test_state_survives_a_restart(broker: str, tmp_path: Path, lose_data_d
             await worker.wait_ready()
             assert "discarding" not in worker.log()  # a clean stop keeps local state
             await pipeline.produce(second)
+            expected = await pipeline.expected()
             await wait_for_outputs(reader, expected_total(expected), timeout=180)
             worker.stop()
             outputs = await reader.read_available()

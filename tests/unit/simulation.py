@@ -70,7 +70,8 @@ class Simulation:
         self.now = 0.0
         self.out = Expected()
         self.read = [0] * len(sources)
-        self.progress = [SourceProgress(None) for _ in sources]
+        self.progress = [SourceProgress(None, self.now) for _ in sources]
+        self.uncommitted = [False] * len(sources)  # records read since the last commit
         self.channels = {
             (q, k): deque[Item]() for q in range(len(sources)) for k in range(keyed_partitions)
         }
@@ -97,7 +98,7 @@ class Simulation:
     def _busy(self) -> bool:
         return (
             any(self.read[q] < len(records) for q, records in enumerate(self.sources))
-            or any(p.untold() for p in self.progress)
+            or any(self.uncommitted)
             or any(self.channels.values())
             or len(self._may_go_idle()) > 0
         )
@@ -110,12 +111,11 @@ class Simulation:
             q
             for q, records in enumerate(self.sources)
             if self.read[q] == len(records)
-            and not self.progress[q].untold()
+            and not self.uncommitted[q]
             and q not in self.declared_idle
         ]
         everything_told = all(
-            self.read[q] == len(r) and not self.progress[q].untold()
-            for q, r in enumerate(self.sources)
+            self.read[q] == len(r) and not self.uncommitted[q] for q, r in enumerate(self.sources)
         )
         return [
             q
@@ -129,7 +129,7 @@ class Simulation:
             return
         q = self.rng.choice(candidates)
         self.declared_idle.add(q)
-        self.progress[q].idle = True
+        self.progress[q].went_idle()
         update = self.progress[q].update(q, len(self.sources))
         for k in range(self.partitions):
             self.channels[(q, k)].append(update)
@@ -141,20 +141,23 @@ class Simulation:
         q = self.rng.choice(waiting)
         raw = self.sources[q][self.read[q]]
         self.read[q] += 1
+        self.uncommitted[q] = True
         parsed = parse_event(raw, 4096)
         if isinstance(parsed, Rejection):
             self.out.invalid[raw] += 1
             return
         progress = self.progress[q]
-        stamp = progress.observe(parsed.time_us)
+        stamp = progress.observe(parsed.time_us, self.now)
         if progress.must_announce:
             self._tell(q)
         self.channels[(q, partition_for(parsed.key, self.partitions))].append((parsed, stamp))
 
     def _commit_one(self) -> None:
+        """A commit of a source that read something since the last one."""
         q = self.rng.randrange(len(self.sources))
-        if self.progress[q].untold():
+        if self.uncommitted[q] and self.progress[q].untold():
             self._tell(q)
+        self.uncommitted[q] = False
 
     def _tell(self, q: int) -> None:
         update = self.progress[q].update(q, len(self.sources))
@@ -179,7 +182,7 @@ class Simulation:
         """A component starts again from what it stored (its committed state)."""
         if self.rng.random() < 0.5:
             q = self.rng.randrange(len(self.sources))
-            self.progress[q] = SourceProgress(self.progress[q].progress_us)
+            self.progress[q] = SourceProgress(self.progress[q].progress_us, self.now)
         else:
             k = self.rng.randrange(self.partitions)
             restored = decode_clock(encode_clock(self.engines[k].clock))

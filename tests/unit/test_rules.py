@@ -40,10 +40,10 @@ class Topic:
     def __init__(self, sources: int = 1) -> None:
         self.store = MemoryStore()
         self.engine = PairingPartition(self.store, CONFIG, EventClock(), NOW)
-        self.progress = [SourceProgress(None) for _ in range(sources)]
+        self.progress = [SourceProgress(None, NOW) for _ in range(sources)]
 
     def feed(self, e: Event, source: int = 0, now: float = NOW) -> list[Outcome]:
-        stamp = self.progress[source].observe(e.time_us)
+        stamp = self.progress[source].observe(e.time_us, now)
         outcomes = self.engine.process(e, stamp, now)
         return outcomes + self.tell(source, now)
 
