@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast fault-test fault-matrix fault-matrix-long setup browser broker stop clean generate lint
+.PHONY: demo test test-fast fault-test fault-matrix fault-matrix-long event-time setup browser broker stop clean generate lint
 
 demo: setup            ## run the main job: broker, worker, generated stream, summary
 	$(PY) -m tools.demo
@@ -21,6 +21,10 @@ fault-test: setup     ## kill -9 a worker three times while 50k records flow (PA
 
 fault-matrix: setup   ## the six-scenario fault matrix (PAIRSTREAM_FAULT_MODE=long for 100k records)
 	$(PY) -m pytest -m matrix -s tests/integration/test_fault_matrix.py
+
+event-time: setup     ## 20,000 records through 1, 3 and 8 partitions, three ways each; a 200,000-event backlog
+	PAIRSTREAM_EVENT_TIME_RECORDS=20000 $(PY) -m pytest -m "broker or backlog" -s \
+	  tests/integration/test_event_time.py
 
 RUNS ?= 5
 SEED ?= $(shell date +%s)

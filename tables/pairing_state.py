@@ -12,22 +12,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from app.exactly_once import Step
-from app.faust_app import app
 from app.settings import settings
 from pairing.records import CLOCK_KEY, decode_clock, decode_state, encode_clock, encode_state
 from pairing.routing import partition_for
 from pairing.rules import KeyState
 from pairing.watermarks import EventClock
+from tables import bytes_table
 
 conf = settings()
 
-table = app.Table(
-    "pairing-state",
-    partitions=conf.partitions,
-    key_type=bytes,
-    value_type=bytes,
-    options={"driver": "rocksdict"},
-)
+table = bytes_table("pairing-state", conf.partitions)
 
 
 class PartitionState:

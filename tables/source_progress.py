@@ -9,18 +9,12 @@ table is written inside the event's transaction (the `Step`), like the pairing s
 from __future__ import annotations
 
 from app.exactly_once import Step
-from app.faust_app import app
 from app.settings import settings
+from tables import bytes_table
 
 conf = settings()
 
-table = app.Table(
-    "source-progress",
-    partitions=conf.events_partitions,
-    key_type=bytes,
-    value_type=bytes,
-    options={"driver": "rocksdict"},
-)
+table = bytes_table("source-progress", conf.events_partitions)
 
 
 def _key(partition: int) -> bytes:

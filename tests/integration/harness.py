@@ -262,6 +262,15 @@ async def wait_for_outputs(reader: OutputReader, total: int, timeout: float) -> 
     return reader.outputs
 
 
+async def finish(pipeline: Pipeline, workers: list[Worker], expected: Expected) -> Outputs:
+    """Wait for every output the model predicts, stop the workers (nothing more can
+    commit after that), and return all that was committed."""
+    async with OutputReader(pipeline.conf) as reader:
+        await wait_for_outputs(reader, expected_total(expected), timeout=600)
+        await stop_workers(workers)
+        return await reader.read_available()
+
+
 def compare(outputs: Outputs, expected: Expected) -> dict[str, Any]:
     """Differences between the outputs and the model; empty when they agree."""
     pairs = Counter((p["timestamp"], p["a_id"], p["b_id"], str(p["sum"])) for p in outputs.pairs)

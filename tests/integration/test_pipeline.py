@@ -14,6 +14,7 @@ from tests.integration.harness import (
     Pipeline,
     compare,
     expected_total,
+    finish,
     read_partitions,
     wait_for_outputs,
 )
@@ -37,10 +38,7 @@ async def run_to_completion(
         if not before_worker:
             await pipeline.produce(records)
         expected = await pipeline.expected()
-        async with OutputReader(pipeline.conf) as reader:
-            await wait_for_outputs(reader, expected_total(expected), timeout=300)
-            worker.stop()  # nothing more can commit after this
-            outputs = await reader.read_available()
+        outputs = await finish(pipeline, [worker], expected)
     finally:
         worker.kill()
     assert compare(outputs, expected) == {}
@@ -124,10 +122,7 @@ async def test_a_backlog_slower_than_max_wait_loses_no_pair_to_it(
     worker = pipeline.worker().start()
     try:
         await worker.wait_ready()
-        async with OutputReader(pipeline.conf) as reader:
-            await wait_for_outputs(reader, expected_total(expected), timeout=300)
-            worker.stop()
-            outputs = await reader.read_available()
+        outputs = await finish(pipeline, [worker], expected)
     finally:
         worker.kill()
     assert compare(outputs, expected) == {}
@@ -154,10 +149,7 @@ async def test_never_written_partitions_do_not_stop_expiry_by_event_time(
         await worker.wait_ready()
         await produce_to_partitions(pipeline, sources)
         assert await pipeline.input_partitions() == sources
-        async with OutputReader(pipeline.conf) as reader:
-            await wait_for_outputs(reader, expected_total(expected), timeout=180)
-            worker.stop()
-            outputs = await reader.read_available()
+        outputs = await finish(pipeline, [worker], expected)
     finally:
         worker.kill()
     assert compare(outputs, expected) == {}

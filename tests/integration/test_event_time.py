@@ -1,0 +1,83 @@
+"""The answer depends on the data only: one generated stream through input topics of
+1, 3 and 8 partitions, produced live, entirely before the worker starts, and live
+into two workers, gives the same outputs every time, equal to the model.
+
+PAIRSTREAM_EVENT_TIME_RECORDS sets the stream's size (6,000 by default, 20,000 in
+`make event-time`); PAIRSTREAM_BACKLOG_EVENTS the size of the backlog test (200,000;
+marked `backlog`, left out of `make test`, run by `make event-time`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import Pipeline, Worker, compare, finish
+from tests.reference_model import Expected
+from tools.generate import Record, StreamShape, generate
+from tools.read_outputs import Outputs
+
+pytestmark = pytest.mark.broker
+
+RECORDS = int(os.environ.get("PAIRSTREAM_EVENT_TIME_RECORDS", "6000"))
+BACKLOG = int(os.environ.get("PAIRSTREAM_BACKLOG_EVENTS", "200000"))
+LIVE_RATE = 2_000.0  # events per second
+
+
+def stream(count: int) -> list[Record]:
+    return generate(StreamShape(count=count, seed=1313))
+
+
+def canonical(pipeline: Pipeline, records: list[Record]) -> Expected:
+    """The model over the stream in the order it was generated, as if on one
+    partition: what every partitioning must give."""
+    return pipeline.model([[value for _, value in records]])
+
+
+async def run(pipeline: Pipeline, records: list[Record], mode: str) -> tuple[Outputs, Expected]:
+    workers: list[Worker] = [pipeline.worker(i) for i in range(2 if mode == "two-workers" else 1)]
+    try:
+        if mode == "backlog":
+            await pipeline.produce(records)
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            await worker.wait_ready()
+        if mode != "backlog":
+            await pipeline.produce(records, rate=LIVE_RATE)
+        expected = await pipeline.expected()
+        outputs = await finish(pipeline, workers, expected)
+    finally:
+        for worker in workers:
+            worker.kill()
+    return outputs, expected
+
+
+@pytest.mark.parametrize("mode", ["live", "backlog", "two-workers"])
+@pytest.mark.parametrize("partitions", [1, 3, 8])
+async def test_outputs_depend_on_the_data_only(
+    broker: str, tmp_path: Path, partitions: int, mode: str
+) -> None:
+    pipeline = await Pipeline(
+        broker, tmp_path, PAIRSTREAM_EVENTS_PARTITIONS=str(partitions)
+    ).create_topics()
+    records = stream(RECORDS)
+    outputs, expected = await run(pipeline, records, mode)
+    assert compare(outputs, expected) == {}
+    # The same for every partitioning and every way of running it.
+    assert compare(outputs, canonical(pipeline, records)) == {}
+    late = sum(n for key, n in expected.unpaired.items() if key[3] == "late")
+    assert late > 0 and expected.pairs.total() > RECORDS // 3
+
+
+@pytest.mark.backlog
+async def test_a_large_backlog_in_eight_partitions_matches_the_model(
+    broker: str, tmp_path: Path
+) -> None:
+    pipeline = await Pipeline(broker, tmp_path).create_topics()
+    records = stream(BACKLOG)
+    outputs, expected = await run(pipeline, records, "backlog")
+    assert compare(outputs, expected) == {}
+    assert compare(outputs, canonical(pipeline, records)) == {}
