@@ -8,6 +8,7 @@ inside that partition's transactions): docs/event-time.md.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -30,6 +31,7 @@ from pairing.watermarks import SourceProgress
 from tables.source_progress import store_progress, stored_progress
 
 conf = settings()
+log = logging.getLogger(__name__)
 
 
 class Sources:
@@ -138,5 +140,6 @@ async def declare_idle_partitions() -> None:
         if not source.goes_idle(now, conf.idle_timeout_seconds) or not await caught_up(app, tp):
             continue
         source.went_idle()
+        log.info("input partition %s is idle: it stops holding the watermark back", tp)
         for topic, key, value, partition in watermark_records(tp.partition, source):
             await app.producer.send(topic, key, value, partition, None, None)

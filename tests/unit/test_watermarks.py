@@ -1,0 +1,64 @@
+from pairing.watermarks import EventClock, SourceProgress, WatermarkUpdate
+
+
+def update(source: int, progress: int | None, idle: bool = False) -> WatermarkUpdate:
+    return WatermarkUpdate(source, 3, progress, idle)
+
+
+def test_no_watermark_until_every_partition_is_heard_from() -> None:
+    clock = EventClock()
+    assert not clock.observe(update(0, 50))
+    assert not clock.observe(update(1, 40))
+    assert clock.watermark_us is None
+    assert clock.observe(update(2, 45))
+    assert clock.watermark_us == 40  # the slowest
+
+
+def test_idle_partitions_do_not_hold_it_back_and_all_idle_means_read_to_the_end() -> None:
+    clock = EventClock()
+    clock.observe(update(0, 50))
+    clock.observe(update(1, None, idle=True))  # never written
+    clock.observe(update(2, 20))
+    assert clock.watermark_us == 20
+    clock.observe(update(2, 20, idle=True))
+    assert clock.watermark_us == 50
+    clock.observe(update(0, 50, idle=True))
+    assert clock.watermark_us == 50  # all idle: the largest progress
+
+
+def test_it_never_moves_back_nor_does_a_partitions_progress() -> None:
+    clock = EventClock()
+    clock.observe(update(0, 50))
+    clock.observe(update(1, 60))
+    clock.observe(update(2, 70, idle=True))
+    assert clock.watermark_us == 50
+    clock.observe(update(0, 30))  # an older message about partition 0
+    assert clock.marks[0].progress_us == 50
+    clock.observe(update(2, 10))  # back from idle, far behind
+    assert clock.watermark_us == 50
+    clock.observe(update(1, None, idle=True))  # an idle mark keeps the progress known
+    assert clock.marks[1].progress_us == 60
+
+
+def test_a_partition_without_any_valid_event_holds_it_until_declared_idle() -> None:
+    clock = EventClock()
+    clock.observe(update(0, 50))
+    clock.observe(update(1, 60))
+    clock.observe(update(2, None))
+    assert clock.watermark_us is None
+
+
+def test_source_progress_stamps_announces_and_goes_idle() -> None:
+    source = SourceProgress(None, now=100.0)
+    assert source.must_announce and not source.untold()
+    assert source.goes_idle(100.0, 30.0)  # never had a valid event: idle when caught up
+    assert source.observe(20, now=101.0) == 20
+    assert source.observe(10, now=102.0) == 20  # the stamp includes the event
+    assert source.untold()
+    source.told()
+    assert not source.untold() and not source.must_announce
+    assert not source.goes_idle(131.0, 30.0)
+    assert source.goes_idle(132.0, 30.0)
+    source.went_idle()
+    assert source.must_announce and source.update(0, 1).idle
+    assert not source.goes_idle(200.0, 30.0)  # already idle
