@@ -94,17 +94,28 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
     async def _commit_tps(self, tps: Any, start_new_transaction: bool) -> bool:
         async with _processing:
             tps = list(tps)
-            for tp in tps:
-                hook = _before_commit.get(tp.topic)
-                records = hook(tp) if hook is not None else []
-                if records:
-                    await _send_in_transaction(self.app, tp, records)
             before = {tp: self._committed_offset.get(tp) for tp in tps}
             result: bool = await super()._commit_tps(tps, start_new_transaction)
             if result:
                 moved = [tp for tp in tps if self._committed_offset.get(tp) != before[tp]]
                 stats.committed(moved, time.time())
             return result
+
+    async def _commit_offsets(
+        self, offsets: Mapping[TP, int], start_new_transaction: bool = True
+    ) -> bool:
+        # Called under `_processing` with the offsets about to be committed. Records
+        # added here ride in the same transaction; only for partitions still assigned,
+        # as faust discards the commit of the others (records sent for them would keep
+        # a transaction open until the broker aborts it).
+        assignment = self.assignment()
+        for tp in offsets:
+            hook = _before_commit.get(tp.topic)
+            records = hook(tp) if hook is not None and tp in assignment else []
+            if records:
+                await _send_in_transaction(self.app, tp, records)
+        committed: bool = await super()._commit_offsets(offsets, start_new_transaction)
+        return committed
 
     async def _close_steps(self) -> None:
         global _closing
