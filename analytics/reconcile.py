@@ -1,11 +1,17 @@
 """Reconciliation: proof, from the topics alone, that every input was accounted for
-exactly once.
+exactly once, and that every decision was the one the rules allow.
 
 Scope: inputs the pairing app has committed as consumed (offsets from the latest
-progress snapshot of ingest). A valid event is *settled* once its pairing
-partition's stream time has moved past it by more than the expiry: it can no
-longer be pending, so it must be in exactly one output (a pair side, an unpaired
-record or a conflict). Invalid inputs must each have one dead letter.
+progress snapshot of ingest). A valid event is *settled* once the watermark of its
+pairing partition, as of the watermark records the pairing app has consumed, has
+passed it by more than the expiry: it can no longer be pending, so it must be in
+exactly one output (a pair side, an unpaired record or a conflict). Invalid inputs
+must each have one dead letter.
+
+Decisions are judged by whether each input was on time, computed from the input
+topic alone (analytics.event_time): a `late` unpaired event must have no on-time
+occurrence, an `expired` one a key without on-time events of both types (those
+pair), and each side of a pair an on-time occurrence.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
+from analytics.event_time import keyed_watermarks, on_time
 from analytics.ingest import sources
 from analytics.lake import Lake
 from app.settings import Settings
@@ -30,12 +37,13 @@ PARSED = StructType(
         StructField("identity", StringType()),
         StructField("key", StringType()),
         StructField("time_us", LongType()),
+        StructField("type", StringType()),
     ]
 )
 PAIR = "struct<timestamp:string,a_id:string,b_id:string>"
 UNPAIRED = "struct<timestamp:string,id:string,reason:string>"
 DEAD_LETTER = "struct<reason:string,source_partition:int,source_offset:long,id:string>"
-KEYED = "struct<key:string,time_us:long,type:string,identity:string>"
+KEYED = "struct<key:string,type:string,identity:string>"
 
 
 @dataclass(frozen=True)
@@ -61,11 +69,11 @@ class Verdict:
 def _parse_input(max_bytes: int):  # type: ignore[no-untyped-def]  # a Spark UDF
     """The worker's own parser: validity and identity exactly as pairing decides them."""
 
-    def parse(raw: bytes | None) -> tuple[bool, str | None, str | None, int | None]:
+    def parse(raw: bytes | None) -> tuple[bool, str | None, str | None, int | None, str | None]:
         event = parse_event(raw, max_bytes)
         if isinstance(event, Rejection):
-            return (False, None, None, None)
-        return (True, event.identity, event.key, event.time_us)
+            return (False, None, None, None, None)
+        return (True, event.identity, event.key, event.time_us, event.type)
 
     return F.udf(parse, PARSED, useArrow=False)
 
@@ -74,6 +82,75 @@ def _parse_input(max_bytes: int):  # type: ignore[no-untyped-def]  # a Spark UDF
 def _exact_sum(value: bytes) -> bool:
     record = loads(value)
     return bool(record["a_value"] + record["b_value"] == record["sum"])
+
+
+def _found(kind: str, frame: DataFrame, subject: str, detail: str) -> DataFrame:
+    """Discrepancy rows: kind, subject, detail."""
+    return frame.select(
+        F.lit(kind).alias("kind"),
+        F.col(subject).cast("string").alias("subject"),
+        F.col(detail).cast("string").alias("detail"),
+    )
+
+
+def _settled(valid: DataFrame, watermarks: DataFrame, conf: Settings) -> DataFrame:
+    """Identities of the valid inputs whose pairing partition's watermark has passed
+    them by more than the expiry: none of them can still be pending."""
+    return (
+        valid.withColumn(
+            "pairing_partition",
+            (F.crc32(F.col("key").cast("binary")) % conf.partitions).cast("int"),
+        )
+        .join(watermarks, "pairing_partition")
+        .where(F.col("watermark_us") - F.col("time_us") > conf.pairing.expiry_us)
+        .select("identity")
+        .distinct()
+    )
+
+
+def _unmatched_pairs(pairs: DataFrame, occurrences: DataFrame) -> DataFrame:
+    """The pairs whose A or B is not among `occurrences` (key, identity, type) under
+    the pair's timestamp and that side's type: timestamp, and the sides not found."""
+
+    def side(kind: str) -> DataFrame:
+        return (
+            occurrences.where(F.col("type") == kind)
+            .select(
+                F.col("key").alias("timestamp"),
+                F.col("identity").alias(f"{kind.lower()}_id"),
+                F.lit(True).alias(f"{kind}_found"),
+            )
+            .distinct()
+        )
+
+    a_missing, b_missing = F.col("A_found").isNull(), F.col("B_found").isNull()
+    return (
+        pairs.join(side("A"), ["timestamp", "a_id"], "left")
+        .join(side("B"), ["timestamp", "b_id"], "left")
+        .where(a_missing | b_missing)
+        .select(
+            "timestamp",
+            F.concat_ws(
+                ",", F.when(a_missing, F.col("a_id")), F.when(b_missing, F.col("b_id"))
+            ).alias("sides"),
+        )
+    )
+
+
+def _wrongly_unpaired(unpaired: DataFrame, punctual: DataFrame) -> DataFrame:
+    """Unpaired outputs the rules would not give: `late` for an event that was on
+    time, `expired` for a key with on-time events of both types (they pair)."""
+    records = unpaired.select(
+        F.col("r.timestamp").alias("key"),
+        F.col("r.id").alias("identity"),
+        F.col("r.reason").alias("reason"),
+    )
+    late = records.where("reason = 'late'").join(punctual, ["key", "identity"], "left_semi")
+    both_types = punctual.groupBy("key").agg(F.count_distinct("type").alias("types"))
+    expired = records.where("reason = 'expired'").join(
+        both_types.where("types = 2"), "key", "left_semi"
+    )
+    return _found("wrongly_unpaired", late.unionByName(expired), "identity", "reason")
 
 
 def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
@@ -101,21 +178,12 @@ def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
         .withColumn("p", _parse_input(conf.max_event_bytes)(F.col("value")))
         .cache()
     )
-    keyed = consumed(bronze("keyed", KEYED), topics["keyed"]).where(F.col("r.key").isNotNull())
-    horizon = keyed.groupBy(F.col("partition").alias("pairing_partition")).agg(
-        (F.max("r.time_us") - int(conf.expiry_seconds * 1_000_000)).alias("horizon_us")
+    consumed_keyed = consumed(bronze("keyed", KEYED), topics["keyed"])
+    valid = inputs.where("p.valid").select(
+        "partition", "offset", "p.identity", "p.key", "p.type", "p.time_us"
     )
-    valid = inputs.where("p.valid").select("p.identity", "p.key", "p.time_us")
-    settled_identities = (
-        valid.withColumn(
-            "pairing_partition",
-            (F.crc32(F.col("key").cast("binary")) % conf.partitions).cast("int"),
-        )
-        .join(horizon, "pairing_partition")
-        .where(F.col("time_us") < F.col("horizon_us"))
-        .select("identity")
-        .distinct()
-    )
+    settled_identities = _settled(valid, keyed_watermarks(spark, consumed_keyed), conf)
+    punctual = on_time(valid, conf.pairing.expiry_us).cache()
 
     pairs = bronze("pairs", PAIR)
     unpaired = bronze("unpaired", UNPAIRED)
@@ -134,55 +202,27 @@ def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
     )
     per_identity = outputs.groupBy("identity").count()
     valid_identities = valid.select("identity").distinct()
-    keyed_types = keyed.select(
+    keyed_events = consumed_keyed.where(F.col("r.key").isNotNull())  # no watermarks, no ticks
+    keyed_types = keyed_events.select(
         F.col("r.identity").alias("identity"),
         F.col("r.key").alias("key"),
         F.col("r.type").alias("type"),
-    ).distinct()
-
-    def found(kind: str, frame: DataFrame, subject: str, detail: str) -> DataFrame:
-        return frame.select(
-            F.lit(kind).alias("kind"),
-            F.col(subject).cast("string").alias("subject"),
-            F.col(detail).cast("string").alias("detail"),
-        )
+    )
 
     invalid_inputs = inputs.where("not p.valid").select("partition", "offset")
     letters_per_input = invalid_letters.groupBy(
         F.col("r.source_partition").alias("partition"), F.col("r.source_offset").alias("offset")
     ).count()
-    mismatched = (
-        distinct_pairs.join(
-            keyed_types.where("type = 'A'").select(
-                F.col("identity").alias("a_id"), F.col("key").alias("a_key")
-            ),
-            "a_id",
-            "left",
-        )
-        .join(
-            keyed_types.where("type = 'B'").select(
-                F.col("identity").alias("b_id"), F.col("key").alias("b_key")
-            ),
-            "b_id",
-            "left",
-        )
-        .where(
-            ~F.coalesce(
-                (F.col("a_key") == F.col("timestamp")) & (F.col("b_key") == F.col("timestamp")),
-                F.lit(False),
-            )
-        )
-    )
     discrepancies = (
-        found(
+        _found(
             "missing",
             settled_identities.join(per_identity, "identity", "left_anti"),
             "identity",
             "identity",
         )
-        .unionByName(found("output_twice", per_identity.where("count > 1"), "identity", "count"))
+        .unionByName(_found("output_twice", per_identity.where("count > 1"), "identity", "count"))
         .unionByName(
-            found(
+            _found(
                 "unexplained_output",
                 per_identity.join(valid_identities, "identity", "left_anti"),
                 "identity",
@@ -190,7 +230,7 @@ def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
             )
         )
         .unionByName(
-            found(
+            _found(
                 "duplicate_pair",
                 pairs.groupBy(F.col("r.timestamp").alias("key")).count().where("count > 1"),
                 "key",
@@ -198,16 +238,29 @@ def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
             )
         )
         .unionByName(
-            found(
+            _found(
                 "inexact_sum",
                 pairs.where(~_exact_sum(F.col("value"))).withColumn("key", F.col("r.timestamp")),
                 "key",
                 "offset",
             )
         )
-        .unionByName(found("pair_mismatch", mismatched, "timestamp", "a_id"))
         .unionByName(
-            found(
+            _found(
+                "pair_mismatch", _unmatched_pairs(distinct_pairs, keyed_types), "timestamp", "sides"
+            )
+        )
+        .unionByName(
+            _found(
+                "unexpected_pair",
+                _unmatched_pairs(distinct_pairs, punctual),
+                "timestamp",
+                "sides",
+            )
+        )
+        .unionByName(_wrongly_unpaired(unpaired, punctual))
+        .unionByName(
+            _found(
                 "dead_letter_missing",
                 invalid_inputs.join(letters_per_input, ["partition", "offset"], "left_anti"),
                 "offset",
@@ -215,10 +268,10 @@ def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
             )
         )
         .unionByName(
-            found("dead_letter_twice", letters_per_input.where("count > 1"), "offset", "count")
+            _found("dead_letter_twice", letters_per_input.where("count > 1"), "offset", "count")
         )
         .unionByName(
-            found(
+            _found(
                 "dead_letter_unexplained",
                 letters_per_input.join(invalid_inputs, ["partition", "offset"], "left_anti"),
                 "offset",
@@ -235,6 +288,8 @@ def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
         "duplicate_pair",
         "inexact_sum",
         "pair_mismatch",
+        "unexpected_pair",
+        "wrongly_unpaired",
         "dead_letter_missing",
         "dead_letter_twice",
         "dead_letter_unexplained",
@@ -277,6 +332,7 @@ def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
     verdict = Verdict(counts, {kind: by_kind.get(kind, 0) for kind in kinds})
     _record(spark, lake, verdict, discrepancies)
     discrepancies.unpersist()
+    punctual.unpersist()
     inputs.unpersist()
     return verdict
 

@@ -26,10 +26,17 @@ from analytics.reconcile import reconcile
 from analytics.spark import spark_session
 from analytics.windows import windows
 from app.settings import Settings
-from tests.integration.harness import ROOT, Pipeline, expected_total, free_port, wait_for_outputs
-from tests.integration.scenarios import _read_all
+from pairing.events import Event, parse_event
+from tests.integration.harness import (
+    ROOT,
+    Pipeline,
+    expected_total,
+    free_port,
+    read_partitions,
+    wait_for_outputs,
+)
 from tools import spark_cluster
-from tools.generate import StreamShape, generate
+from tools.generate import Record, StreamShape, generate
 from tools.read_outputs import OutputReader
 
 pytestmark = pytest.mark.broker
@@ -51,7 +58,7 @@ async def processed_pipeline(broker: str, tmp: Path) -> Pipeline:
         await worker.wait_ready()
         await pipeline.produce(records)
         async with OutputReader(pipeline.conf) as reader:
-            await wait_for_outputs(reader, expected_total(pipeline.expected(records)), 180)
+            await wait_for_outputs(reader, expected_total(await pipeline.expected()), 180)
         worker.stop()
     finally:
         worker.kill()
@@ -65,6 +72,10 @@ async def pipeline(broker: str, tmp_path_factory: pytest.TempPathFactory) -> Pip
     return await processed_pipeline(broker, tmp_path_factory.mktemp("analytics"))
 
 
+async def read_all(pipeline: Pipeline, topic: str) -> list[Record]:
+    return [r for partition in await read_partitions(pipeline.conf, topic) for r in partition]
+
+
 def lake_conf(pipeline: Pipeline, lake: Path, **extra: Any) -> Settings:
     return pipeline.conf.model_copy(update={"lake_dir": lake, **extra})
 
@@ -75,7 +86,7 @@ def bronze_offsets(spark: SparkSession, conf: Settings, name: str) -> list[tuple
 
 
 async def topic_size(pipeline: Pipeline, topic: str) -> int:
-    return len(await _read_all(pipeline, topic))
+    return len(await read_all(pipeline, topic))
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -183,7 +194,7 @@ async def test_windows_match_a_plain_python_computation(
     await asyncio.to_thread(windows, spark, conf)
     async with OutputReader(pipeline.conf) as reader:
         outputs = await reader.read_available()
-    keyed = await _read_all(pipeline, sources(conf)["keyed"])
+    keyed = await read_all(pipeline, sources(conf)["keyed"])
     times: dict[str, list[datetime]] = {
         "pair": [parse_time(p["timestamp"]) for p in outputs.pairs],
         "expired": [
@@ -212,6 +223,55 @@ async def test_windows_match_a_plain_python_computation(
     assert lake.chart.stat().st_size > 0
 
 
+def input_event(kind: str, at: str, identity: str, value: int) -> bytes:
+    return json.dumps({"type": kind, "timestamp": at, "value": value, "id": identity}).encode()
+
+
+def pairing_key(raw: bytes) -> str:
+    event = parse_event(raw, 65536)
+    assert isinstance(event, Event)
+    return event.key
+
+
+# Valid inputs the pipeline will be said to have consumed, in this order on one input
+# partition: before the stream's first event time (late there), then after its last
+# (on time: each is the largest event time of its partition so far).
+INPUTS = [
+    input_event("A", "2024-02-09 20:59:30", "lost-1", 7),
+    input_event("A", "2024-02-09 20:59:40", "late-a", 1),
+    input_event("B", "2024-02-09 20:59:40", "late-b", 2),
+    input_event("A", "2024-02-09 23:00:00", "on-time-a", 3),
+    input_event("B", "2024-02-09 23:00:00", "on-time-b", 4),
+]
+LATE_KEY, ON_TIME_KEY = pairing_key(INPUTS[1]), pairing_key(INPUTS[3])
+
+
+def wrong_outputs(conf: Settings) -> list[tuple[str, bytes]]:
+    """For those inputs: none for lost-1; a pair of the two late events; and for the
+    on-time A and B, what a pipeline that took them for late would give."""
+    late_pair = {"timestamp": LATE_KEY, "a_value": 1, "b_value": 2, "sum": 3, "a_id": "late-a"}
+    late_pair |= {"b_id": "late-b", "paired_at": "2024-02-09T21:30:00Z"}
+    late_a = {"timestamp": ON_TIME_KEY, "type": "A", "value": 3, "id": "on-time-a"}
+    expired_b = {"timestamp": ON_TIME_KEY, "type": "B", "value": 4, "id": "on-time-b"}
+    return [
+        (conf.pairs_topic, json.dumps(late_pair).encode()),
+        (conf.unpaired_topic, json.dumps(late_a | {"reason": "late"}).encode()),
+        (conf.unpaired_topic, json.dumps(expired_b | {"reason": "expired"}).encode()),
+    ]
+
+
+async def write(conf: Settings, records: list[tuple[str, bytes]], partition: int | None) -> int:
+    """Straight to the topics, outside any transaction; the offset of the last."""
+    producer = AIOKafkaProducer(bootstrap_servers=conf.bootstrap_servers)
+    await producer.start()
+    try:
+        for topic, value in records:
+            sent = await producer.send_and_wait(topic, value, partition=partition)
+    finally:
+        await producer.stop()
+    return int(sent.offset)
+
+
 @pytest.mark.asyncio(loop_scope="module")
 async def test_reconciliation_is_clean_then_reports_exactly_the_injected_faults(
     spark: SparkSession, broker: str, tmp_path: Path
@@ -221,29 +281,20 @@ async def test_reconciliation_is_clean_then_reports_exactly_the_injected_faults(
     await asyncio.to_thread(ingest, spark, conf)
     clean = await asyncio.to_thread(reconcile, spark, conf)
     assert clean.ok, clean.summary()
-    assert clean.counts["settled"] > 1000  # most of the stream is past the horizon
+    assert clean.counts["settled"] > 1000  # most of the stream is past the watermark
+    # Real late and expired events were judged, and found right.
+    assert clean.counts["unpaired_late"] > 0 and clean.counts["unpaired_expired"] > 0
 
-    # A duplicate pair written straight to `pairs`, outside any transaction...
+    # A duplicate pair, and the injected inputs with their wrong outputs. The group's
+    # committed offset moves past the inputs: "consumed".
     async with OutputReader(pipeline.conf) as reader:
         pair = (await reader.read_available()).pairs[0]
     pair_bytes = next(
-        v
-        for _, v in await _read_all(pipeline, conf.pairs_topic)
-        if v and pair["a_id"].encode() in v
+        v for _, v in await read_all(pipeline, conf.pairs_topic) if v and pair["a_id"].encode() in v
     )
-    # ...and an input the pipeline "consumed" without any output: an old valid
-    # event, with the group's committed offset moved past it.
-    lost = json.dumps({"type": "A", "timestamp": "2024-02-09 20:59:30", "value": 7, "id": "lost-1"})
-    producer = AIOKafkaProducer(bootstrap_servers=conf.bootstrap_servers)
-    await producer.start()
-    try:
-        await producer.send_and_wait(conf.pairs_topic, pair_bytes, key=pair["timestamp"].encode())
-        sent = await producer.send_and_wait(conf.events_topic, lost.encode())
-    finally:
-        await producer.stop()
-    await commit_group_offset(
-        conf, TopicPartition(conf.events_topic, sent.partition), sent.offset + 1
-    )
+    await write(conf, [(conf.pairs_topic, pair_bytes), *wrong_outputs(conf)], None)
+    last = await write(conf, [(conf.events_topic, raw) for raw in INPUTS], 0)
+    await commit_group_offset(conf, TopicPartition(conf.events_topic, 0), last + 1)
 
     await asyncio.to_thread(ingest, spark, conf)
     found = await asyncio.to_thread(reconcile, spark, conf)
@@ -251,11 +302,20 @@ async def test_reconciliation_is_clean_then_reports_exactly_the_injected_faults(
     assert {k: n for k, n in found.discrepancies.items() if n} == {
         "duplicate_pair": 1,
         "missing": 1,
+        "unexpected_pair": 1,
+        "pair_mismatch": 1,  # the pipeline never keyed the late pair's events either
+        "wrongly_unpaired": 2,
     }
     detail = spark.read.format("delta").load(Lake.of(conf).gold("reconciliation_discrepancies"))
-    subjects = {(row.kind, row.subject) for row in detail.where("kind != ''").collect()}
-    assert ("missing", "lost-1") in subjects
-    assert ("duplicate_pair", pair["timestamp"]) in subjects
+    subjects = {(row.kind, row.subject, row.detail) for row in detail.collect()}
+    assert subjects == {
+        ("duplicate_pair", pair["timestamp"], "2"),
+        ("missing", "lost-1", "lost-1"),
+        ("unexpected_pair", LATE_KEY, "late-a,late-b"),
+        ("pair_mismatch", LATE_KEY, "late-a,late-b"),
+        ("wrongly_unpaired", "on-time-a", "late"),
+        ("wrongly_unpaired", "on-time-b", "expired"),
+    }
     runs = spark.read.format("delta").load(Lake.of(conf).gold("reconciliation_runs"))
     assert sorted(row.ok for row in runs.collect()) == [False, True]
 

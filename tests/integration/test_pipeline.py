@@ -134,20 +134,22 @@ async def test_never_written_partitions_do_not_stop_expiry_by_event_time(
 ) -> None:
     """Partitions 6 and 7 never get a record, and the others never go idle: events
     expire because the watermark moves on the six that are written."""
-    pipeline = await Pipeline(
-        broker, tmp_path, PAIRSTREAM_IDLE_TIMEOUT_SECONDS="100000"
-    ).create_topics()
+    pipeline = await Pipeline(broker, tmp_path).create_topics()
     records = generate(StreamShape(count=3000, seed=23))
+    # Spread like a partitioner over six partitions (by key, else round robin), and
+    # produced in the stream's order, as a live producer would.
+    placed = [
+        (zlib.crc32(key) % 6 if key else n % 6, value) for n, (key, value) in enumerate(records)
+    ]
     sources: list[list[bytes | None]] = [[] for _ in range(8)]
-    for n, (key, value) in enumerate(records):
-        # Spread like a partitioner over six partitions: by key, else round robin.
-        sources[zlib.crc32(key) % 6 if key else n % 6].append(value)
-    expected = pipeline.model(sources, all_idle=False)
+    for partition, value in placed:
+        sources[partition].append(value)
+    expected = pipeline.model(sources)
     assert sum(n for k, n in expected.unpaired.items() if k[3] == "expired") > 20
     worker = pipeline.worker().start()
     try:
         await worker.wait_ready()
-        await produce_to_partitions(pipeline, sources)
+        await produce_to_partitions(pipeline, placed)
         assert await pipeline.input_partitions() == sources
         outputs = await finish(pipeline, [worker], expected)
     finally:
@@ -155,7 +157,7 @@ async def test_never_written_partitions_do_not_stop_expiry_by_event_time(
     assert compare(outputs, expected) == {}
 
 
-async def produce_to_partitions(pipeline: Pipeline, sources: list[list[bytes | None]]) -> None:
+async def produce_to_partitions(pipeline: Pipeline, placed: list[tuple[int, bytes | None]]) -> None:
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(bootstrap_servers=pipeline.conf.bootstrap_servers, linger_ms=5)
@@ -169,8 +171,7 @@ async def produce_to_partitions(pipeline: Pipeline, sources: list[list[bytes | N
                 key=None if value is not None else b"null",
                 partition=partition,
             )
-            for partition, values in enumerate(sources)
-            for value in values
+            for partition, value in placed
         ]
         await asyncio.gather(*sends)
     finally:
