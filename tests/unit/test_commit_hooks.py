@@ -1,0 +1,66 @@
+"""What a commit adds to its transaction (ingest's watermark records), and when an
+input partition counts as caught up. Against the real consumer class, with faust's
+own commit and the broker calls replaced."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
+
+from app import exactly_once
+from app.faust_app import app
+from app.progress import Progress
+
+ASSIGNED, REVOKED, OTHER = TP("hooked", 0), TP("hooked", 1), TP("plain", 0)
+
+
+async def test_records_before_commit_go_only_with_partitions_still_assigned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent: list[tuple[TP, list[Any]]] = []
+    committed: list[dict[TP, int]] = []
+
+    async def send(_: Any, tp: TP, records: list[Any]) -> None:
+        sent.append((tp, records))
+
+    async def commit(_: Any, offsets: dict[TP, int], start_new_transaction: bool = True) -> bool:
+        committed.append(dict(offsets))
+        return True
+
+    monkeypatch.setattr(exactly_once, "_send_in_transaction", send)
+    monkeypatch.setattr(faust_aiokafka.Consumer, "_commit_offsets", commit)
+    monkeypatch.setattr(app.consumer, "assignment", lambda: {ASSIGNED, OTHER})
+    monkeypatch.setitem(
+        exactly_once._before_commit, "hooked", lambda tp: [("keyed", b"k", b"%d" % tp.partition, 0)]
+    )
+    offsets = {ASSIGNED: 5, REVOKED: 7, OTHER: 9}
+    assert await app.consumer._commit_offsets(offsets)
+    assert sent == [(ASSIGNED, [("keyed", b"k", b"0", 0)])]
+    assert committed == [offsets]  # faust still decides what to do with the revoked one
+
+
+async def test_caught_up_means_fetched_processed_and_committed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tp = TP("events", 3)
+    position = 10
+
+    async def at(_: TP) -> int:
+        return position
+
+    monkeypatch.setattr(app.consumer, "highwater", lambda _: 10)
+    monkeypatch.setattr(app.consumer, "position", at)
+    progress = exactly_once._progress[tp] = Progress()
+    assert not await exactly_once.caught_up(app, tp)  # not yet sought to the committed offset
+    progress.sought_to_committed(8)
+    app.consumer._committed_offset[tp] = 8
+    progress.processed(8)
+    progress.processed(9)
+    assert not await exactly_once.caught_up(app, tp)  # processed, not committed
+    app.consumer._committed_offset[tp] = 10
+    assert await exactly_once.caught_up(app, tp)
+    position = 9  # more to fetch
+    assert not await exactly_once.caught_up(app, tp)
