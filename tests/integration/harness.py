@@ -261,11 +261,13 @@ async def wait_for_outputs(reader: OutputReader, total: int, timeout: float) -> 
     return reader.outputs
 
 
-async def finish(pipeline: Pipeline, workers: list[Worker], expected: Expected) -> Outputs:
+async def finish(
+    pipeline: Pipeline, workers: list[Worker], expected: Expected, timeout: float = 600
+) -> Outputs:
     """Wait for every output the model predicts, stop the workers (nothing more can
     commit after that), and return all that was committed."""
     async with OutputReader(pipeline.conf) as reader:
-        await wait_for_outputs(reader, expected_total(expected), timeout=600)
+        await wait_for_outputs(reader, expected_total(expected), timeout)
         await stop_workers(workers)
         return await reader.read_available()
 
