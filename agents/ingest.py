@@ -114,7 +114,7 @@ async def ingest(stream: Any) -> None:
             if source.must_announce:
                 # Newly assigned, or back from idle: ahead of its event, so that no
                 # keyed partition takes this partition as idle when the event arrives.
-                step.records.extend(watermark_records(message.partition, source))
+                step.send_all(watermark_records(message.partition, source))
                 source.told()
             partition = partition_for(parsed.key, conf.partitions)
             step.send(

@@ -293,6 +293,9 @@ class Step:
     ) -> None:
         self.records.append((topic, key, value, partition))
 
+    def send_all(self, records: list[Record]) -> None:
+        self.records.extend(records)
+
     def count(self, name: str) -> None:
         self.counts[name] += 1
 
