@@ -23,7 +23,7 @@ fault-matrix: setup   ## the six-scenario fault matrix (PAIRSTREAM_FAULT_MODE=lo
 	$(PY) -m pytest -m matrix -s tests/integration/test_fault_matrix.py
 
 event-time: setup     ## 20,000 records through 1, 3 and 8 partitions, three ways each; a 200,000-event backlog
-	PAIRSTREAM_EVENT_TIME_RECORDS=20000 $(PY) -m pytest -m "broker or backlog" -s \
+	PAIRSTREAM_EVENT_TIME_RECORDS=20000 $(PY) -m pytest -m "broker or long" -s \
 	  tests/integration/test_event_time.py
 
 RUNS ?= 5
