@@ -1,10 +1,13 @@
-"""`faust -A app worker` loads this package: the app and everything it runs."""
+"""`faust -A app worker` imports this package and asks it for `app`; only then are
+the app and everything registered with it imported (`app.main`). Importing
+`app.settings` or any other module of the package alone stays cheap."""
 
-from app.faust_app import app
+from typing import Any
 
-# Registered with the app on import.
-from app import local_state  # noqa: F401  isort: skip
-from agents import ingest, pairing  # noqa: F401  isort: skip
-from app import web  # noqa: F401  isort: skip
 
-__all__ = ["app"]
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        from app.main import app
+
+        return app
+    raise AttributeError(f"module 'app' has no attribute {name!r}")
