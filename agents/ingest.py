@@ -12,10 +12,10 @@ import logging
 import time
 from typing import Any
 
-from faust.types import TP
-
-from app.exactly_once import Record, before_commit, caught_up, events_once, exactly_once
+from app.exactly_once import caught_up, events_once, exactly_once
 from app.faust_app import app
+from app.outbox import Record
+from app.partition_tasks import PartitionTask
 from app.settings import settings
 from app.topics import dead_letters, events, keyed_events
 from pairing.events import Rejection, parse_event
@@ -34,29 +34,9 @@ conf = settings()
 log = logging.getLogger(__name__)
 
 
-class Sources:
-    """The progress of each input partition assigned here, from the stored progress
-    on first use in an assignment; dropped when the partition is revoked."""
-
-    def __init__(self) -> None:
-        self._by_partition: dict[int, SourceProgress] = {}
-
-    def of(self, partition: int) -> SourceProgress:
-        source = self._by_partition.get(partition)
-        if source is None:
-            source = SourceProgress(stored_progress(partition), time.time())
-            self._by_partition[partition] = source
-        return source
-
-    def get(self, partition: int) -> SourceProgress | None:
-        return self._by_partition.get(partition)
-
-    def forget(self, partitions: set[int]) -> None:
-        for partition in partitions:
-            self._by_partition.pop(partition, None)
-
-
-sources = Sources()
+def load_source(task: PartitionTask) -> SourceProgress:
+    """An input partition's progress, as last committed (a partition task's processor)."""
+    return SourceProgress(stored_progress(task.tp.partition), time.time())
 
 
 def watermark_records(partition: int, source: SourceProgress) -> list[Record]:
@@ -66,22 +46,17 @@ def watermark_records(partition: int, source: SourceProgress) -> list[Record]:
     return [(keyed, WATERMARK_KEY, value, k) for k in range(conf.partitions)]
 
 
-def tell_before_commit(tp: TP) -> list[Record]:
+def tell_before_commit(task: PartitionTask) -> list[Record]:
     """Committed progress reaches the keyed partitions in the same transaction."""
-    source = sources.get(tp.partition)
+    source = task.loaded(SourceProgress)
     if source is None or not source.untold():
         return []
-    records = watermark_records(tp.partition, source)
+    records = watermark_records(task.tp.partition, source)
     source.told()
     return records
 
 
-before_commit(conf.events_topic, tell_before_commit)
-
-
-@app.on_partitions_revoked.connect  # type: ignore[arg-type]  # mode types receivers as a Union mypy cannot match
-async def forget_sources(sender: Any, revoked: set[TP], *args: Any, **kwargs: Any) -> None:
-    sources.forget({tp.partition for tp in revoked if tp.topic == conf.events_topic})
+app.partition_tasks.before_commit(conf.events_topic, tell_before_commit)
 
 
 @app.agent(events)
@@ -92,12 +67,13 @@ async def ingest(stream: Any) -> None:
         message = event.message
         raw: bytes | None = message.value
         record_source = Source(message.topic, message.partition, message.offset)
-        async with exactly_once(app, event) as step:
-            step.count("events_in")
+        async with exactly_once(app, event) as task:
+            outbox = task.outbox
+            outbox.count("events_in")
             parsed = parse_event(raw, conf.max_event_bytes)
             if isinstance(parsed, Rejection):
-                step.count("dead_lettered")
-                step.send(
+                outbox.count("dead_lettered")
+                outbox.send(
                     dlq_topic,
                     message.key,
                     dead_letter_record(parsed.reason, raw, record_source),
@@ -105,19 +81,19 @@ async def ingest(stream: Any) -> None:
                 )
                 continue
             assert raw is not None  # a valid event has a body
-            step.count("valid")
-            source = sources.of(message.partition)
+            outbox.count("valid")
+            source = task.processor(SourceProgress, load_source)
             before = source.progress_us
             stamp = source.observe(parsed.time_us, time.time())
             if stamp != before:
-                store_progress(message.partition, stamp, step)
+                store_progress(message.partition, stamp, outbox)
             if source.must_announce:
                 # Newly assigned, or back from idle: ahead of its event, so that no
                 # keyed partition takes this partition as idle when the event arrives.
-                step.send_all(watermark_records(message.partition, source))
+                outbox.send_all(watermark_records(message.partition, source))
                 source.told()
             partition = partition_for(parsed.key, conf.partitions)
-            step.send(
+            outbox.send(
                 keyed_topic,
                 parsed.key.encode(),
                 encode_keyed_event(parsed, raw, record_source, stamp),
@@ -133,10 +109,11 @@ async def declare_idle_partitions() -> None:
     if app.in_recovery:
         return
     now = time.time()
-    for tp in app.consumer.assignment():
+    for task in app.partition_tasks:
+        tp = task.tp
         if tp.topic != conf.events_topic:
             continue
-        source = sources.of(tp.partition)
+        source = task.processor(SourceProgress, load_source)
         if not source.goes_idle(now, conf.idle_timeout_seconds) or not await caught_up(app, tp):
             continue
         source.went_idle()

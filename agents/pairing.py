@@ -7,8 +7,10 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from app.exactly_once import Step, events_once, exactly_once
+from app.exactly_once import events_once, exactly_once
 from app.faust_app import app
+from app.outbox import Outbox
+from app.partition_tasks import PartitionTask
 from app.settings import settings
 from app.topics import dead_letters, keyed_events, pairs, unpaired
 from pairing.events import format_time
@@ -36,69 +38,72 @@ from tables.pairing_state import PartitionState
 
 conf = settings()
 
-# Rule engines of the partitions this worker owns; rebuilt from the table after
-# every rebalance (their heaps are derived from it).
-engines: dict[int, tuple[PairingPartition, PartitionState]] = {}
 
+class KeyedPartition:
+    """The pairing rules of one keyed partition over its state (a partition task's
+    processor): rebuilt from the table after every rebalance, since the engine's
+    heaps are derived from it."""
 
-@app.on_partitions_revoked.connect  # type: ignore[arg-type]  # mode types receivers as a Union mypy cannot match
-async def forget_engines(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
-    engines.clear()
+    __slots__ = ("engine", "state")
 
-
-def engine_for(partition: int) -> tuple[PairingPartition, PartitionState]:
-    if partition not in engines:
-        state = PartitionState(partition)
-        engine = PairingPartition.load(state, conf.pairing, state.clock(), time.time())
-        engines[partition] = (engine, state)
-    return engines[partition]
+    def __init__(self, task: PartitionTask) -> None:
+        self.state = PartitionState(task.tp.partition, task.outbox)
+        self.engine = PairingPartition.load(
+            self.state, conf.pairing, self.state.clock(), time.time()
+        )
 
 
 def pending_by_partition() -> dict[int, tuple[PendingSummary, int | None]]:
-    """Pending events and watermark of each partition whose engine is loaded."""
-    return {p: (engine.pending(), engine.watermark_us) for p, (engine, _) in engines.items()}
+    """Pending events and watermark of each keyed partition whose engine is loaded."""
+    found: dict[int, tuple[PendingSummary, int | None]] = {}
+    for task in app.partition_tasks:
+        keyed = task.loaded(KeyedPartition)
+        if keyed is not None:
+            found[task.tp.partition] = (keyed.engine.pending(), keyed.engine.watermark_us)
+    return found
 
 
 @app.agent(keyed_events)
 async def pair(stream: Any) -> None:
     async for event in events_once(app, stream):
-        async with exactly_once(app, event) as step:
-            engine, state = engine_for(event.message.partition)
-            state.step = step
+        async with exactly_once(app, event) as task:
+            outbox = task.outbox
+            keyed_partition = task.processor(KeyedPartition, KeyedPartition)
+            engine = keyed_partition.engine
             now = time.time()
             value = event.message.value
             assert value is not None  # written by ingest or the tick timer, never empty
             keyed = None
             if event.message.key == WATERMARK_KEY:
-                step.count("watermarks")
+                outbox.count("watermarks")
                 outcomes: list[Outcome] = engine.observe(decode_watermark(loads(value)), now)
-                state.set_clock(engine.clock)
+                keyed_partition.state.set_clock(engine.clock)
             elif value == TICK:
-                step.count("ticks")
+                outbox.count("ticks")
                 outcomes = engine.expire_waiting(now)
             else:
-                step.count("events_in")
+                outbox.count("events_in")
                 keyed = decode_keyed_event(value)
                 outcomes = engine.process(keyed.event, keyed.progress_us, now)
-            publish(outcomes, keyed, step, now)
+            publish(outcomes, keyed, outbox, now)
 
 
-def publish(outcomes: list[Outcome], keyed: KeyedEvent | None, step: Step, now: float) -> None:
+def publish(outcomes: list[Outcome], keyed: KeyedEvent | None, outbox: Outbox, now: float) -> None:
     for outcome in outcomes:
         key = outcome.key.encode()
         if isinstance(outcome, Paired):
-            step.count("pairs")
+            outbox.count("pairs")
             paired_at = format_time(datetime.fromtimestamp(now, UTC))
-            step.send(pairs.get_topic_name(), key, pair_record(outcome, paired_at), None)
+            outbox.send(pairs.get_topic_name(), key, pair_record(outcome, paired_at), None)
         elif isinstance(outcome, Unpaired):
-            step.count(outcome.reason)
-            step.send(unpaired.get_topic_name(), key, unpaired_record(outcome), None)
+            outbox.count(outcome.reason)
+            outbox.send(unpaired.get_topic_name(), key, unpaired_record(outcome), None)
         elif isinstance(outcome, Conflict):
             assert keyed is not None  # only an arriving event conflicts
-            step.count("conflicts")
-            step.send(dead_letters.get_topic_name(), key, conflict_record(outcome, keyed), None)
+            outbox.count("conflicts")
+            outbox.send(dead_letters.get_topic_name(), key, conflict_record(outcome, keyed), None)
         elif isinstance(outcome, Duplicate):
-            step.count("duplicates")
+            outbox.count("duplicates")
 
 
 @app.timer(interval=conf.tick_interval_seconds, on_leader=True)

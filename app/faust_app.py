@@ -6,12 +6,18 @@ from typing import Any
 
 import faust
 
-from app.exactly_once import ExactlyOnceTransport
+from app.consumer import ExactlyOnceTransport
+from app.partition_tasks import PartitionTasks
 from app.settings import settings
 
 
 class PairstreamApp(faust.App):
-    """faust.App with a transport whose commits never split an event (see exactly_once)."""
+    """faust.App with a transport whose commits never split an event (app/consumer.py),
+    and the registry of this worker's partition tasks."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.partition_tasks = PartitionTasks()
 
     def _new_transport(self) -> Any:
         return ExactlyOnceTransport(self.conf.broker_consumer, self)

@@ -1,11 +1,16 @@
-"""Topic creation, shared by the worker, the demo and the tests."""
+"""Topic creation and checks, shared by the worker, the demo and the tests, and a
+read_committed probe of a partition."""
 
 from __future__ import annotations
 
-from contextlib import suppress
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
+from faust.types import TP
 
 from app.settings import Settings
 
@@ -55,3 +60,34 @@ async def ensure_topics(conf: Settings) -> None:
                     await admin.create_topics([topic])
     finally:
         await admin.close()
+
+
+@asynccontextmanager
+async def read_committed(conf: Settings) -> AsyncIterator[AIOKafkaConsumer]:
+    """A started consumer outside any group that sees committed records only."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=conf.bootstrap_servers,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        yield consumer
+    finally:
+        await consumer.stop()
+
+
+async def committed_records_between(conf: Settings, tp: TP, first: int, last: int) -> bool:
+    """Whether a read_committed consumer finds a record in offsets first..last."""
+    async with read_committed(conf) as consumer:
+        partition = TopicPartition(tp.topic, tp.partition)
+        consumer.assign([partition])
+        consumer.seek(partition, first)
+        deadline = time.monotonic() + 30
+        while await consumer.position(partition) <= last:
+            if time.monotonic() > deadline:
+                return True  # unknown: do not let the restore end on a guess
+            batch = await consumer.getmany(partition, timeout_ms=500)
+            if any(record.offset <= last for record in batch.get(partition, ())):
+                return True
+        return False

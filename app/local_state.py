@@ -13,7 +13,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from app.exactly_once import local_state_is_committed
 from app.faust_app import app
 
 log = logging.getLogger(__name__)
@@ -44,7 +43,7 @@ def discard_state_after_crash(sender: Any, *args: Any, signal: Any, **kwargs: An
 async def mark_clean_shutdown(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
     # faust sends this signal after a crash too (e.g. a fenced producer), when
     # local tables may hold writes of a transaction that was aborted.
-    if app.crashed or not local_state_is_committed():
+    if app.crashed or not app.partition_tasks.local_state_is_committed():
         log.warning("unclean shutdown: local tables will be rebuilt from changelogs")
         return
     marker = _marker()

@@ -61,6 +61,3 @@ class Stats:
     def committed(self, tps: Iterable[TP], now: float) -> None:
         for tp in tps:
             self.last_commit_at[tp] = now
-
-
-stats = Stats()

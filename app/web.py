@@ -21,7 +21,7 @@ from app.settings import settings
 from app.worker_status import worker_status
 from pairing.events import Rejection, parse_timestamp
 from pairing.routing import partition_for
-from tables.pairing_state import PartitionState, table
+from tables.pairing_state import stored_state, table
 
 conf = settings()
 DASHBOARD = (Path(__file__).parent / "dashboard.html").read_text()
@@ -89,7 +89,7 @@ async def pending(self: View, request: Request, timestamp: str) -> Response:
         return await _forward(self, URL(owner) / "pending" / key)
     if app.in_recovery:
         return self.error(503, "tables are being restored", partition=partition)
-    state = PartitionState(partition).get(key)
+    state = stored_state(key)
     if state is None or state.pending is None:
         return self.error(404, "no event is pending for this key", key=key)
     event = state.pending

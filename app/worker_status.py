@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from agents.pairing import pending_by_partition
+from app import internals
 from app.faust_app import app
 from app.settings import settings
-from app.stats import stats
 from pairing.events import format_time
 from pairing.rules import MICROS, PendingSummary
 from tables.pairing_state import table
@@ -39,6 +39,7 @@ THROUGHPUT_WINDOWS = (1, 10, 60)
 
 def worker_status() -> dict[str, Any]:
     now = time.time()
+    stats = app.partition_tasks.stats
     partitions = [*_active_partitions(now), *_standby_partitions()]
     return {
         "worker": {
@@ -72,12 +73,13 @@ def totals(partitions: list[dict[str, Any]]) -> dict[str, int]:
 
 def _active_partitions(now: float) -> Iterator[dict[str, Any]]:
     consumer = cast(Any, app.consumer)
+    stats = app.partition_tasks.stats
     pending = pending_by_partition()
     for tp in sorted(app.assignor.assigned_actives()):
         if tp.topic not in COUNTERS:
             continue  # a table's changelog: shown through its keyed partition
         counts = stats.partitions.get(tp) or Counter()
-        committed = consumer._committed_offset.get(tp)
+        committed = internals.committed_offset(consumer, tp)
         end = consumer.highwater(tp)
         last_commit = stats.last_commit_at.get(tp)
         entry: dict[str, Any] = {

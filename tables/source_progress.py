@@ -3,12 +3,13 @@ partitioned like the input topic.
 
 Ingest stamps every event with its partition's progress, so after a restart or a
 rebalance the stamps must go on from exactly the progress that was committed: the
-table is written inside the event's transaction (the `Step`), like the pairing state.
+table is written inside the event's transaction (through its partition task's
+outbox), like the pairing state.
 """
 
 from __future__ import annotations
 
-from app.exactly_once import Step
+from app.outbox import Outbox
 from app.settings import settings
 from tables import bytes_table
 
@@ -28,8 +29,8 @@ def stored_progress(partition: int) -> int | None:
     return None if raw is None else int(raw)
 
 
-def store_progress(partition: int, progress_us: int, step: Step) -> None:
+def store_progress(partition: int, progress_us: int, outbox: Outbox) -> None:
     """Must be called while processing an event of that input partition."""
     key, value = _key(partition), str(progress_us).encode()
     table.data[key] = value
-    step.send(table.changelog_topic.get_topic_name(), key, value, partition)
+    outbox.send(table.changelog_topic.get_topic_name(), key, value, partition)

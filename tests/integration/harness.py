@@ -18,7 +18,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from app.kafka_admin import ensure_topics
+from app.kafka_admin import ensure_topics, read_committed
 from app.settings import Settings
 from tests.reference_model import Expected, expected_outputs
 from tools.generate import Record, produce
@@ -96,13 +96,7 @@ class Pipeline:
 
 async def read_partitions(conf: Settings, topic: str) -> list[list[Record]]:
     """A topic as it is, with read_committed: each partition's records in order."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=conf.bootstrap_servers,
-        isolation_level="read_committed",
-        enable_auto_commit=False,
-    )
-    await consumer.start()
-    try:
+    async with read_committed(conf) as consumer:
         await consumer._client.force_metadata_update()
         numbers = sorted(consumer.partitions_for_topic(topic) or ())
         partitions = [TopicPartition(topic, p) for p in numbers]
@@ -116,8 +110,6 @@ async def read_partitions(conf: Settings, topic: str) -> list[list[Record]]:
                 batch = await consumer.getmany(tp, timeout_ms=1000)
                 records[-1].extend((m.key, m.value) for m in batch.get(tp, []))
         return records
-    finally:
-        await consumer.stop()
 
 
 async def _end_offsets(

@@ -10,9 +10,12 @@ import pytest
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from app import exactly_once
+from app import consumer, exactly_once
 from app.faust_app import app
-from app.progress import Progress
+from app.partition_tasks import PartitionTask
+
+pytestmark = pytest.mark.usefixtures("own_tasks")
+
 
 ASSIGNED, REVOKED, OTHER = TP("hooked", 0), TP("hooked", 1), TP("plain", 0)
 
@@ -30,11 +33,16 @@ async def test_records_before_commit_go_only_with_partitions_still_assigned(
         committed.append(dict(offsets))
         return True
 
-    monkeypatch.setattr(exactly_once, "_send_in_transaction", send)
+    monkeypatch.setattr(consumer, "send_in_transaction", send)
     monkeypatch.setattr(faust_aiokafka.Consumer, "_commit_offsets", commit)
     monkeypatch.setattr(app.consumer, "assignment", lambda: {ASSIGNED, OTHER})
+    tasks = app.partition_tasks
+    # REVOKED's task is still there: faust commits before the revocation drops it.
+    tasks.assigned({ASSIGNED, REVOKED, OTHER})
     monkeypatch.setitem(
-        exactly_once._before_commit, "hooked", lambda tp: [("keyed", b"k", b"%d" % tp.partition, 0)]
+        tasks.commit_hooks,
+        "hooked",
+        lambda task: [("keyed", b"k", b"%d" % task.tp.partition, 0)],
     )
     offsets = {ASSIGNED: 5, REVOKED: 7, OTHER: 9}
     assert await app.consumer._commit_offsets(offsets)
@@ -53,7 +61,11 @@ async def test_caught_up_means_fetched_processed_and_committed(
 
     monkeypatch.setattr(app.consumer, "highwater", lambda _: 10)
     monkeypatch.setattr(app.consumer, "position", at)
-    progress = exactly_once._progress[tp] = Progress()
+    assert not await exactly_once.caught_up(app, tp)  # not assigned here
+    app.partition_tasks.assigned({tp})
+    task = app.partition_tasks.get(tp)
+    assert isinstance(task, PartitionTask)
+    progress = task.offsets
     assert not await exactly_once.caught_up(app, tp)  # not yet sought to the committed offset
     progress.sought_to_committed(8)
     app.consumer._committed_offset[tp] = 8

@@ -1,16 +1,25 @@
 """Which offset a commit takes, given the records processed and the gaps between them."""
 
+import pytest
 from faust.types import TP
 
-from app import exactly_once
 from app.faust_app import app
 from app.progress import Progress
+
+pytestmark = pytest.mark.usefixtures("own_tasks")
+
+
+def offsets_of(tp: TP) -> Progress:
+    task = app.partition_tasks.get(tp)
+    assert task is not None
+    return task.offsets
 
 
 def processed_from(tp: TP, committed: int, offsets: list[int]) -> None:
     """Set up what the consumer and the agents know after processing `offsets`."""
     app.consumer._committed_offset[tp] = committed
-    progress = exactly_once._progress[tp] = Progress()
+    app.partition_tasks.assigned({tp})
+    progress = offsets_of(tp)
     progress.sought_to_committed(committed)
     for offset in offsets:
         progress.processed(offset)
@@ -31,7 +40,7 @@ async def test_a_record_that_ends_a_gap_is_not_committed_before_it_is_processed(
     tp = TP("keyed", 1)
     processed_from(tp, 10, [10])
     await app.consumer._add_gap(tp, 11, 12)  # record 12 arrives after marker 11
-    exactly_once._progress[tp].processed(13)  # 13 acked while 12 is not
+    offsets_of(tp).processed(13)  # 13 acked while 12 is not
     app.consumer._acked[tp].append(13)
     assert app.consumer._new_offset(tp) == 12
 

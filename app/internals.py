@@ -1,0 +1,76 @@
+"""Every private member of faust-streaming and aiokafka that pairstream relies on,
+named here. Reads of private attributes happen only in these functions; methods our
+subclasses override are listed in `OVERRIDDEN`. tests/unit/test_internals.py checks
+each against the installed (pinned) versions, so an upgrade that removes or changes
+one fails there, in seconds, rather than in the fault matrix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import faust
+from aiokafka import AIOKafkaConsumer
+from faust.tables.recovery import Recovery
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
+
+# Methods of faust's classes that app/consumer.py and app/faust_app.py override, with
+# the parameters the overrides take: checked against the base classes' signatures.
+OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
+    faust_aiokafka.Consumer: {
+        "_new_consumer_thread": ("self",),
+        "_commit_tps": ("self", "tps", "start_new_transaction"),
+        "_commit_offsets": ("self", "offsets", "start_new_transaction"),
+        "_add_gap": ("self", "tp", "offset_from", "offset_to"),
+        "_new_offset": ("self", "tp"),
+        "commit_and_end_transactions": ("self",),
+        "on_partitions_revoked": ("self", "revoked"),
+        "on_partitions_assigned": ("self", "assigned", "generation_id"),
+        "position": ("self", "tp"),
+        "perform_seek": ("self",),
+        "resume_partitions": ("self", "tps"),
+        "resume_flow": ("self",),
+    },
+    faust_aiokafka.AIOKafkaConsumerThread: {"_highwaters": ("self", "partitions")},
+    faust_aiokafka.Producer: {"_settings_extra": ("self",)},
+    faust.App: {"_new_transport": ("self",), "_new_producer_transport": ("self",)},
+}
+
+
+def committed_offset(consumer: Any, tp: TP) -> int | None:
+    """The offset faust last committed for tp in this assignment."""
+    offset: int | None = consumer._committed_offset.get(tp)
+    return offset
+
+
+def forget_unacked(consumer: Any, message: Any) -> None:
+    """Take a skipped message out of faust's in-flight set (`wait_empty` waits for it)
+    without acking its offset, which a commit would then pass."""
+    message.acked = True
+    consumer._unacked_messages.discard(message)
+
+
+def client_consumer(thread: Any) -> AIOKafkaConsumer:
+    """aiokafka's consumer under faust's consumer thread."""
+    consumer: AIOKafkaConsumer = thread._ensure_consumer()
+    return consumer
+
+
+def is_changelog(consumer: Any, tp: TP) -> bool:
+    return bool(consumer._is_changelog_tp(tp))
+
+
+def transaction_producer(transactional_id: str) -> tuple[Any, asyncio.Lock] | None:
+    """The aiokafka producer faust keeps for a transactional id, and the lock faust
+    takes around its sends and commits; None when no such transaction is open."""
+    producer = faust_aiokafka.Producer._transaction_producers.get(transactional_id)
+    if producer is None:
+        return None
+    return producer, faust_aiokafka.Producer._trn_locks[transactional_id]
+
+
+def restore_offsets(recovery: Recovery, tp: TP) -> tuple[int | None, int | None]:
+    """How far a changelog partition's restore has applied records, and its highwater."""
+    return recovery.active_offsets.get(tp), recovery.active_highwaters.get(tp)

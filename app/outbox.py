@@ -1,0 +1,74 @@
+"""The outbox of a partition task: the records one event causes (outputs, re-keyed
+events, changelog writes), sent together into the transaction that carries the
+event's offset."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+from faust.types import TP, AppT
+
+from app import internals
+
+Record = tuple[str, bytes | None, bytes | None, int | None]  # topic, key, value, partition
+
+
+class DeliveryFailed(RuntimeError):
+    pass
+
+
+class Outbox:
+    """What the event being processed sends, and what it counted as (counted only
+    once it is acked)."""
+
+    __slots__ = ("counts", "records")
+
+    def __init__(self) -> None:
+        self.records: list[Record] = []
+        self.counts: Counter[str] = Counter()
+
+    def send(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None
+    ) -> None:
+        self.records.append((topic, key, value, partition))
+
+    def send_all(self, records: list[Record]) -> None:
+        self.records.extend(records)
+
+    def count(self, name: str) -> None:
+        self.counts[name] += 1
+
+    def clear(self) -> None:
+        self.records.clear()
+        self.counts.clear()
+
+
+def transactional_id(app: AppT, tp: TP) -> str:
+    """faust's id for the producer whose transaction carries tp's offsets."""
+    return f"{app.conf.id}-{app.assignor.group_for_topic(tp.topic)}-{tp.partition}"
+
+
+async def send_in_transaction(app: AppT, tp: TP, records: list[Record]) -> None:
+    """Send into the open transaction that carries tp's offsets. The caller holds the
+    commit lock (PartitionTasks.commit_lock), so no commit comes in between."""
+    tid = transactional_id(app, tp)
+    transaction = internals.transaction_producer(tid)
+    if transaction is None:
+        # Sending without the transaction would break exactly-once: stop instead.
+        raise DeliveryFailed(f"no open transaction {tid} for {tp}")
+    producer, lock = transaction
+    async with lock:
+        for topic, key, value, partition in records:
+            delivery = await producer.send(topic, value, key=key, partition=partition)
+            delivery.add_done_callback(_crash_on_failure(app))
+
+
+def _crash_on_failure(app: Any) -> Any:
+    def check(delivery: asyncio.Future[Any]) -> None:
+        if not delivery.cancelled() and delivery.exception() is not None:
+            # The transaction cannot commit; crash so it aborts and replays.
+            app.add_future(app.crash(DeliveryFailed(str(delivery.exception()))))
+
+    return check

@@ -1,0 +1,90 @@
+"""Partition tasks: one per partition assigned to this worker, created on assignment
+and dropped on revocation (app/consumer.py keeps the registry up to date).
+
+A task owns where processing of its partition stands (`offsets`), its outbox, and
+what the agent that consumes it keeps for the partition (its `processor`: ingest's
+event-time progress, pairing's rule engine over its state). The registry holds what
+the tasks share: the lock between steps and commits, the closing gate of a
+rebalance or stop, the commit hooks, and the worker's stats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+from faust.types import TP
+
+from app.outbox import Outbox, Record
+from app.progress import Progress
+from app.stats import Stats
+
+P = TypeVar("P")
+
+
+class PartitionTask:
+    __slots__ = ("_processor", "offsets", "outbox", "tp")
+
+    def __init__(self, tp: TP) -> None:
+        self.tp = tp
+        self.offsets = Progress()
+        self.outbox = Outbox()
+        self._processor: object | None = None
+
+    def processor(self, kind: type[P], create: Callable[[PartitionTask], P]) -> P:
+        """The agent's processor of this partition, created on first use."""
+        found = self.loaded(kind)
+        if found is None:
+            found = create(self)
+            self._processor = found
+        return found
+
+    def loaded(self, kind: type[P]) -> P | None:
+        processor = self._processor
+        return processor if isinstance(processor, kind) else None
+
+
+class PartitionTasks:
+    def __init__(self) -> None:
+        self._by_tp: dict[TP, PartitionTask] = {}
+        # Held by a step from its first send until its ack, and by every commit from
+        # choosing offsets until the transaction is committed.
+        self.commit_lock = asyncio.Lock()
+        # True from the start of a revocation or a stop until the next assignment. A
+        # record delivered meanwhile belongs to the assignment being given up: it is
+        # not processed, since its transaction would be aborted (or, on stop, already
+        # ended) while its RocksDB writes stayed; the next assignment consumes it again
+        # from the committed offset.
+        self.closing = False
+        # Steps that wrote state but were cut off before their records were sent and
+        # acked: local tables then hold writes that no transaction will commit.
+        self.interrupted_steps = 0
+        # Per input topic: the records each of its partitions adds to its transaction
+        # just before a commit (ingest: the partition's event-time progress).
+        self.commit_hooks: dict[str, Callable[[PartitionTask], list[Record]]] = {}
+        self.stats = Stats()
+
+    def assigned(self, tps: set[TP]) -> None:
+        self.closing = False
+        for tp in tps:
+            self._by_tp.setdefault(tp, PartitionTask(tp))
+
+    def revoked(self, tps: set[TP]) -> None:
+        # A new assignment starts from the committed offset; anything after it that
+        # was not committed was aborted, and must be processed again.
+        for tp in tps:
+            self._by_tp.pop(tp, None)
+
+    def get(self, tp: TP) -> PartitionTask | None:
+        return self._by_tp.get(tp)
+
+    def __iter__(self) -> Iterator[PartitionTask]:
+        # A copy: callers await between tasks, and a rebalance may come in between.
+        return iter(list(self._by_tp.values()))
+
+    def before_commit(self, topic: str, records: Callable[[PartitionTask], list[Record]]) -> None:
+        self.commit_hooks[topic] = records
+
+    def local_state_is_committed(self) -> bool:
+        return self.interrupted_steps == 0
