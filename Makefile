@@ -4,10 +4,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast fault-test fault-matrix fault-matrix-long event-time setup browser broker stop clean generate lint
+.PHONY: demo bench test test-fast fault-test fault-matrix fault-matrix-long event-time setup browser broker stop clean generate lint
 
 demo: setup            ## run the main job: broker, worker, generated stream, summary
 	$(PY) -m tools.demo
+
+bench: setup          ## the benchmark suite (about 15 minutes); writes docs/BENCHMARKS.md
+	$(PY) -m bench
 
 test: setup browser    ## run every test (starts a broker if none is running)
 	$(PY) -m pytest

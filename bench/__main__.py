@@ -1,0 +1,67 @@
+"""python -m bench [--smoke] [--events N] [--out PATH]
+
+Starts the local broker if none runs, then measures and writes the report."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import uuid
+from pathlib import Path
+
+from bench.ceiling import CeilingResult, consume_produce
+from bench.pairstream import PairstreamResult, run_worker
+from bench.report import render
+from bench.workload import pre_produce, workload
+from tools import broker
+
+ROOT = Path(__file__).resolve().parent.parent
+CEILING_COMMIT_INTERVAL = 1.0
+
+
+async def measure(
+    bootstrap: str, events: int, intervals: list[float], timeout: float
+) -> tuple[list[PairstreamResult], list[CeilingResult]]:
+    records = workload(events)
+    pairstream = []
+    for interval in intervals:
+        print(f"pairstream, commit interval {interval:g} s ...", flush=True)
+        pairstream.append(await run_worker(bootstrap, records, interval, timeout))
+    source = f"bench-ceiling-input-{uuid.uuid4().hex[:8]}"
+    await pre_produce(bootstrap, source, records)
+    ceiling = []
+    for transactional in (True, False):
+        print(f"ceiling, transactions {transactional} ...", flush=True)
+        ceiling.append(
+            await consume_produce(
+                bootstrap, source, len(records), transactional, CEILING_COMMIT_INTERVAL
+            )
+        )
+    return pairstream, ceiling
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "--smoke", action="store_true", help="a few seconds: 3,000 events, 1 s commits"
+    )
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "BENCHMARKS.md")
+    parser.add_argument("--bootstrap", help="a running broker; default: the local one on 9092")
+    args = parser.parse_args(argv)
+    events = 3_000 if args.smoke else args.events
+    intervals = [1.0] if args.smoke else [0.1, 0.5, 1.0]
+    if args.bootstrap is None:
+        nodes = broker.cluster(1, 9092)
+        broker.start(nodes, timeout=120)
+        args.bootstrap = broker.bootstrap_servers(nodes)
+    timeout = 120 if args.smoke else 3600
+    pairstream, ceiling = asyncio.run(measure(args.bootstrap, events, intervals, timeout))
+    command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
+    args.out.write_text(render(command, events, pairstream, ceiling, CEILING_COMMIT_INTERVAL))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""What a benchmark run measures: CPU time of a process, and the steady rate of
+progress sampled over time."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a live process (from /proc)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
+@dataclass
+class Progress:
+    """(seconds since start, records done) samples."""
+
+    samples: list[tuple[float, int]] = field(default_factory=list)
+
+    def steady_rate(self, total: int) -> float:
+        """Records per second between 10% and 90% of `total`: start-up and the tail
+        left out."""
+        low = next(s for s in self.samples if s[1] >= total * 0.1)
+        high = next(s for s in self.samples if s[1] >= total * 0.9)
+        if high[0] <= low[0]:
+            return float("nan")
+        return (high[1] - low[1]) / (high[0] - low[0])
+
+    def first_at(self) -> float | None:
+        return next((t for t, n in self.samples if n > 0), None)

@@ -1,0 +1,102 @@
+"""One pairstream worker (`faust -A app worker`, exactly-once) over a pre-produced
+input: how fast both stages get through it, read off the worker's /stats."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from app.kafka_admin import ensure_topics
+from app.settings import Settings
+from bench.measure import Progress, cpu_seconds
+from bench.workload import INPUT_PARTITIONS, pre_produce
+from tools.demo import FAUST, ROOT, run_settings, stop_worker, wait_ready
+from tools.generate import Record
+
+
+@dataclass(frozen=True)
+class PairstreamResult:
+    commit_interval: float
+    events: int
+    steady_rate: float  # events/s through both stages, between 10% and 90%
+    seconds: float  # worker start to the last event through both stages
+    first_through: float | None  # worker start to the first event through both stages
+    cpu_seconds: float  # of the worker process
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def through_pairing(url: str) -> int:
+    """Keyed events the pairing stage has processed, per the worker's /stats."""
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        stats = await response.json()
+    keyed = os.environ["PAIRSTREAM_KEYED_TOPIC"]
+    return sum(
+        p["counters"]["events_in"]
+        for p in stats["partitions"]
+        if p["topic"] == keyed and p["role"] == "active"
+    )
+
+
+async def run_worker(
+    bootstrap: str, records: list[Record], commit_interval: float, timeout: float
+) -> PairstreamResult:
+    run_id = f"bench-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    env = {
+        **run_settings(run_id),
+        "PAIRSTREAM_BROKER": f"kafka://{bootstrap}",
+        "PAIRSTREAM_EVENTS_PARTITIONS": str(INPUT_PARTITIONS),
+        "PAIRSTREAM_COMMIT_INTERVAL_SECONDS": str(commit_interval),
+        "PAIRSTREAM_WEB_PORT": str(port),
+    }
+    os.environ.update(env)
+    conf = Settings()
+    await pre_produce(bootstrap, conf.events_topic, records)
+    await ensure_topics(conf)
+    log_path = Path(conf.data_dir).with_name(f"{run_id}-worker.log")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        worker = subprocess.Popen(
+            [FAUST, "-A", "app", "worker", "-l", "info"],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+    started = time.monotonic()
+    try:
+        await wait_ready(log_path, worker)
+        progress = Progress()
+        url = f"http://127.0.0.1:{port}/stats"
+        while True:
+            done = await through_pairing(url)
+            elapsed = time.monotonic() - started
+            progress.samples.append((elapsed, done))
+            if done >= len(records):
+                break
+            if elapsed > timeout:
+                raise TimeoutError(f"{done} of {len(records)} events through in {elapsed:.0f} s")
+            await asyncio.sleep(0.25)
+        cpu = cpu_seconds(worker.pid)
+    finally:
+        stop_worker(worker)
+    return PairstreamResult(
+        commit_interval,
+        len(records),
+        progress.steady_rate(len(records)),
+        progress.samples[-1][0],
+        progress.first_at(),
+        cpu,
+    )

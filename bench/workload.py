@@ -1,0 +1,41 @@
+"""The benchmark workload: A/B events under random producer keys over a
+multi-partition input, 5% of keys missing a partner, 2% of events sent twice,
+pre-produced before any worker starts."""
+
+from __future__ import annotations
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from tools.generate import Record, StreamShape, generate, produce
+
+INPUT_PARTITIONS = 4
+
+
+def workload(count: int, seed: int = 14) -> list[Record]:
+    shape = StreamShape(
+        count=count,
+        missing=0.05,
+        duplicates=0.02,
+        conflicts=0.0,
+        late=0.0,
+        invalid=0.0,
+        source_keys=0.0,
+        random_keys=1.0,
+        seed=seed,
+    )
+    return generate(shape)
+
+
+async def create_topic(bootstrap: str, topic: str) -> None:
+    """A topic of INPUT_PARTITIONS partitions (the broker does not auto-create)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, INPUT_PARTITIONS, 1)])
+    finally:
+        await admin.close()
+
+
+async def pre_produce(bootstrap: str, topic: str, records: list[Record]) -> None:
+    await create_topic(bootstrap, topic)
+    await produce(records, bootstrap, topic, rate=0, progress=False)

@@ -1,0 +1,43 @@
+"""The benchmark suite's smoke run: every measurement runs end to end and lands in
+the report. Nothing about speed is asserted (the figures are docs/BENCHMARKS.md's)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.broker
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def table_rows(report: str, heading: str) -> list[list[str]]:
+    section = report.split(f"## {heading}", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    return [
+        [cell.strip() for cell in row.strip("|").split("|")] for row in rows[2:]
+    ]  # after the header and the rule
+
+
+def number(cell: str) -> float:
+    assert re.fullmatch(r"[\d,]+(\.\d+)?", cell), cell
+    return float(cell.replace(",", ""))
+
+
+def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
+    out = tmp_path / "BENCHMARKS.md"
+    command = [sys.executable, "-m", "bench", "--smoke", "--bootstrap", broker, "--out", str(out)]
+    subprocess.run(command, cwd=ROOT, check=True, timeout=600)
+    report = out.read_text()
+    assert "3,000 A/B events" in report
+    [pairstream] = table_rows(report, "pairstream, one worker, exactly-once")
+    assert pairstream[0] == "1"
+    steady, last, first, cpu = (number(cell) for cell in pairstream[1:])
+    assert steady > 0 and cpu > 0 and 0 < first <= last
+    ceiling = table_rows(report, "The ceiling: a bare aiokafka consume -> produce loop")
+    assert [row[0] for row in ceiling] == ["yes", "no"]
+    assert all(number(cell) > 0 for row in ceiling for cell in row[1:3])
