@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import subprocess
 import time
 import uuid
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from app.kafka_admin import ensure_topics
 from app.settings import Settings
 from bench.measure import Progress, cpu_seconds
 from bench.workload import INPUT_PARTITIONS, pre_produce
-from tools.demo import FAUST, ROOT, run_settings, stop_worker, wait_ready
+from tools.demo import run_settings, start_worker, stop_worker, wait_ready
 from tools.generate import Record
 
 
@@ -69,12 +68,7 @@ async def run_worker(
     await ensure_topics(conf)
     log_path = Path(conf.data_dir).with_name(f"{run_id}-worker.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as log:
-        worker = subprocess.Popen(
-            [FAUST, "-A", "app", "worker", "-l", "info"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )  # fmt: skip
+    worker = start_worker(log_path)
     started = time.monotonic()
     try:
         await wait_ready(log_path, worker)

@@ -82,12 +82,7 @@ async def run(args: argparse.Namespace) -> None:
     await ensure_topics(conf)
     log_path = ROOT / ".run" / f"{run_id}-worker.log"
     print(f"run {run_id}: worker log {log_path}")
-    with log_path.open("ab") as log:
-        worker = subprocess.Popen(
-            [FAUST, "-A", "app", "worker", "-l", "info"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )  # fmt: skip
+    worker = start_worker(log_path)
     try:
         await wait_ready(log_path, worker)
         records = generate(StreamShape(count=args.count, seed=args.seed))
@@ -98,6 +93,16 @@ async def run(args: argparse.Namespace) -> None:
     finally:
         stop_worker(worker)
     report(len(records), outputs)
+
+
+def start_worker(log_path: Path) -> subprocess.Popen[bytes]:
+    """`faust -A app worker` with this process's environment, in its own session."""
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            [FAUST, "-A", "app", "worker", "-l", "info"],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
 
 
 def stop_worker(worker: subprocess.Popen[bytes], grace: float = 30.0) -> None:
