@@ -9,6 +9,7 @@ import faust
 from app.consumer import ExactlyOnceTransport
 from app.partition_tasks import PartitionTasks
 from app.settings import settings
+from app.worker import PairstreamWorker
 
 
 class PairstreamApp(faust.App):
@@ -56,6 +57,7 @@ def create_app() -> PairstreamApp:
         web_tables_enabled=conf.debug,
         web_router_enabled=conf.debug,
         autodiscover=False,
+        Worker=PairstreamWorker,
     )
 
 

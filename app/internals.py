@@ -16,8 +16,9 @@ from faust.tables.recovery import Recovery
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-# Methods of faust's classes that app/consumer.py and app/faust_app.py override, with
-# the parameters the overrides take: checked against the base classes' signatures.
+# Methods of faust's classes that app/consumer.py, app/faust_app.py and app/worker.py
+# override, with the parameters the overrides take (checked against the base classes'
+# signatures).
 OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
     faust_aiokafka.Consumer: {
         "_new_consumer_thread": ("self",),
@@ -36,6 +37,7 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
     faust_aiokafka.AIOKafkaConsumerThread: {"_highwaters": ("self", "partitions")},
     faust_aiokafka.Producer: {"_settings_extra": ("self",)},
     faust.App: {"_new_transport": ("self",), "_new_producer_transport": ("self",)},
+    faust.Worker: {"on_setup_root_logger": ("self", "logger", "level")},
 }
 
 

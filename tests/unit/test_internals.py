@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from faust.types import TP, Message
 from app import internals
 from app.consumer import ExactlyOnceConsumer, ExactlyOnceConsumerThread, ExactlyOnceProducer
 from app.faust_app import PairstreamApp, app
+from app.worker import PairstreamWorker
 from tables.pairing_state import table
 
 OURS: list[type] = [
@@ -23,6 +25,7 @@ OURS: list[type] = [
     ExactlyOnceConsumerThread,
     ExactlyOnceProducer,
     PairstreamApp,
+    PairstreamWorker,
 ]
 
 
@@ -121,3 +124,14 @@ def test_restore_offsets_reads_the_recovery_s_progress() -> None:
         assert internals.restore_offsets(recovery, tp) == (9, 12)
     finally:
         del recovery.active_offsets[tp], recovery.active_highwaters[tp]
+
+
+def test_the_worker_leaves_the_root_logger_at_the_level_asked_for() -> None:
+    logger = logging.getLogger("pairstream-test-root")
+    logger.addHandler(logging.NullHandler())
+    logger.setLevel(logging.WARNING)
+    worker = app.conf.Worker(app, loglevel="warn")
+    assert isinstance(worker, PairstreamWorker)
+    assert worker.spinner is not None  # faust made one: it would set DEBUG below
+    worker.on_setup_root_logger(logger, logging.WARNING)
+    assert logger.level == logging.WARNING and len(logger.handlers) == 1
