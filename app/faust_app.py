@@ -44,6 +44,9 @@ def create_app() -> PairstreamApp:
         broker_session_timeout=conf.session_timeout_seconds,
         table_standby_replicas=conf.standby_replicas,
         broker_heartbeat_interval=conf.session_timeout_seconds / 4,
+        # faust's 5 minutes: a worker whose first metadata missed a just-created topic
+        # was assigned none of its partitions, and stayed so until the next refresh.
+        consumer_metadata_max_age_ms=int(conf.metadata_refresh_seconds * 1000),
         # Sends from a second thread would leave the transactions (faust issue 177).
         producer_threaded=False,
         # Wait for in-flight events before a rebalance commits.

@@ -64,6 +64,12 @@ class Settings(BaseSettings):
     session_timeout_seconds: float = Field(
         10.0, gt=0, description="how soon the group notices a dead worker and rebalances"
     )
+    metadata_refresh_seconds: float = Field(
+        10.0,
+        gt=0,
+        description="how often a worker refreshes cluster metadata: a subscribed topic it did"
+        " not see at its assignment (just created) is picked up within this time",
+    )
     transaction_timeout_seconds: float = Field(
         60.0, gt=0, description="the broker aborts a transaction left open this long"
     )
