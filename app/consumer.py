@@ -26,7 +26,7 @@ from faust.types import TP
 
 from app import internals
 from app.kafka_admin import committed_records_between
-from app.outbox import send_in_transaction
+from app.outbox import send_in_transaction, transactional_id
 from app.partition_tasks import PartitionTasks
 from app.settings import settings
 
@@ -118,10 +118,21 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         # On stop faust has already committed and ended the transactions itself.
         if self.in_transaction and revoked and not self.should_stop:
             await self.force_commit(revoked)
+            await self._retire_transaction_producers(revoked)
         self.tasks.revoked(revoked)
         self._resume_after_seek -= revoked
         self._resume_with_flow -= revoked
         await super().on_partitions_revoked(revoked)
+
+    async def _retire_transaction_producers(self, revoked: set[TP]) -> None:
+        # faust stops the producer of a revoked partition only if the partition is not a
+        # standby in the next assignment, and reuses a kept producer when the partition
+        # comes back. Meanwhile another worker has initialised the same transactional id,
+        # which fences the kept producer: its first send after the partition returns fails
+        # and the worker crashes (fault matrix, rebalance with standbys). Everything acked
+        # is committed by now, so each comes back as a fresh producer that fences the rest.
+        for tid in sorted({transactional_id(self.app, tp) for tp in revoked}):
+            await self.app.producer.stop_transaction(tid)
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
         self.tasks.assigned(assigned)

@@ -62,13 +62,14 @@ async def send_in_transaction(app: AppT, tp: TP, records: list[Record]) -> None:
     async with lock:
         for topic, key, value, partition in records:
             delivery = await producer.send(topic, value, key=key, partition=partition)
-            delivery.add_done_callback(_crash_on_failure(app))
+            delivery.add_done_callback(_crash_on_failure(app, tid))
 
 
-def _crash_on_failure(app: Any) -> Any:
+def _crash_on_failure(app: Any, tid: str) -> Any:
     def check(delivery: asyncio.Future[Any]) -> None:
         if not delivery.cancelled() and delivery.exception() is not None:
             # The transaction cannot commit; crash so it aborts and replays.
-            app.add_future(app.crash(DeliveryFailed(str(delivery.exception()))))
+            failed = DeliveryFailed(f"transaction {tid}: {delivery.exception()!r}")
+            app.add_future(app.crash(failed))
 
     return check

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
+from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from app.faust_app import app
 from app.partition_tasks import PartitionTasks
@@ -12,3 +16,49 @@ def own_tasks(monkeypatch: pytest.MonkeyPatch) -> PartitionTasks:
     tasks = PartitionTasks()
     monkeypatch.setattr(app, "partition_tasks", tasks)
     return tasks
+
+
+class FakeTransactionalProducer:
+    """What faust needs of an aiokafka producer to begin and stop a transaction."""
+
+    def __init__(self) -> None:
+        self.began = 0
+        self.stopped = False
+
+    async def start(self) -> None:
+        pass
+
+    async def begin_transaction(self) -> None:
+        self.began += 1
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+class Transactions:
+    """Transactions begun through faust's own producer, on fake aiokafka producers."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.began: list[str] = []
+        self._next: FakeTransactionalProducer | None = None
+        producer: Any = app.producer
+        monkeypatch.setattr(producer, "_new_producer", lambda **_: self._next)
+        monkeypatch.setattr(producer, "_ensure_producer", lambda: None)
+
+    async def begin(self, tid: str) -> FakeTransactionalProducer:
+        fake = self._next = FakeTransactionalProducer()
+        await app.producer.begin_transaction(tid)
+        self.began.append(tid)
+        return fake
+
+    def close(self) -> None:
+        for tid in self.began:
+            faust_aiokafka.Producer._transaction_producers.pop(tid, None)
+            faust_aiokafka.Producer._trn_locks.pop(tid, None)
+
+
+@pytest.fixture
+def transactions(monkeypatch: pytest.MonkeyPatch) -> Iterator[Transactions]:
+    opened = Transactions(monkeypatch)
+    yield opened
+    opened.close()

@@ -10,9 +10,11 @@ import pytest
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from app import consumer, exactly_once
+from app import consumer, exactly_once, internals
 from app.faust_app import app
+from app.outbox import transactional_id
 from app.partition_tasks import PartitionTask
+from tests.unit.conftest import Transactions
 
 pytestmark = pytest.mark.usefixtures("own_tasks")
 
@@ -76,3 +78,18 @@ async def test_caught_up_means_fetched_processed_and_committed(
     assert await exactly_once.caught_up(app, tp)
     position = 9  # more to fetch
     assert not await exactly_once.caught_up(app, tp)
+
+
+async def test_a_revocation_retires_the_transaction_producers_of_revoked_partitions(
+    transactions: Transactions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # faust would keep a producer whose partition becomes a standby, and reuse it,
+    # fenced, when the partition comes back (docs/exactly-once.md).
+    monkeypatch.setattr(app.assignor, "group_for_topic", lambda topic: 0)  # set on start
+    tp = TP("events", 2)
+    revoked, kept = transactional_id(app, tp), "it-kept-0"
+    retired = await transactions.begin(revoked)
+    other = await transactions.begin(kept)
+    await app.consumer._retire_transaction_producers({tp})
+    assert retired.stopped and internals.transaction_producer(revoked) is None
+    assert not other.stopped and internals.transaction_producer(kept) is not None

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from faust.exceptions import ConsumerNotStarted
-from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 
 from app import internals
@@ -19,6 +18,7 @@ from app.consumer import ExactlyOnceConsumer, ExactlyOnceConsumerThread, Exactly
 from app.faust_app import PairstreamApp, app
 from app.worker import PairstreamWorker
 from tables.pairing_state import table
+from tests.unit.conftest import Transactions
 
 OURS: list[type] = [
     ExactlyOnceConsumer,
@@ -84,34 +84,15 @@ def test_is_changelog_knows_the_tables_changelogs() -> None:
     assert not internals.is_changelog(app.consumer, TP("events", 0))
 
 
-class FakeTransactionalProducer:
-    def __init__(self) -> None:
-        self.began = 0
-
-    async def start(self) -> None:
-        pass
-
-    async def begin_transaction(self) -> None:
-        self.began += 1
-
-
 async def test_transaction_producer_is_the_one_faust_began_the_transaction_on(
-    monkeypatch: pytest.MonkeyPatch,
+    transactions: Transactions,
 ) -> None:
-    fake = FakeTransactionalProducer()
-    producer: Any = app.producer
-    monkeypatch.setattr(producer, "_new_producer", lambda **_: fake)
-    monkeypatch.setattr(producer, "_ensure_producer", lambda: None)
     tid = "internals-test-0"
     assert internals.transaction_producer(tid) is None
-    try:
-        await producer.begin_transaction(tid)
-        found = internals.transaction_producer(tid)
-        assert found is not None and found[0] is fake and fake.began == 1
-        assert isinstance(found[1], asyncio.Lock)
-    finally:
-        faust_aiokafka.Producer._transaction_producers.pop(tid, None)
-        faust_aiokafka.Producer._trn_locks.pop(tid, None)
+    fake = await transactions.begin(tid)
+    found = internals.transaction_producer(tid)
+    assert found is not None and found[0] is fake and fake.began == 1
+    assert isinstance(found[1], asyncio.Lock)
 
 
 def test_restore_offsets_reads_the_recovery_s_progress() -> None:
