@@ -103,8 +103,7 @@ async def exactly_once(app: PairstreamApp, event: EventT[Any]) -> AsyncIterator[
     tp = event.message.tp
     task = tasks.get(tp)
     assert task is not None  # events_once yields only events of assigned partitions
-    outbox = task.outbox
-    outbox.clear()
+    outbox = task.outbox  # empty: every step clears it on the way out
     completed = False
     try:
         yield task

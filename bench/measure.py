@@ -17,7 +17,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 @dataclass
-class Progress:
+class Samples:
     """(seconds since start, records done) samples."""
 
     samples: list[tuple[float, int]] = field(default_factory=list)

@@ -15,7 +15,7 @@ import aiohttp
 
 from app.kafka_admin import ensure_topics
 from app.settings import Settings
-from bench.measure import Progress, cpu_seconds
+from bench.measure import Samples, cpu_seconds
 from bench.workload import INPUT_PARTITIONS, pre_produce
 from tools.demo import run_settings, start_worker, stop_worker, wait_ready
 from tools.generate import Record
@@ -72,7 +72,7 @@ async def run_worker(
     started = time.monotonic()
     try:
         await wait_ready(log_path, worker)
-        progress = Progress()
+        progress = Samples()
         url = f"http://127.0.0.1:{port}/stats"
         while True:
             done = await through_pairing(url)
