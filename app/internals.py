@@ -73,6 +73,13 @@ def transaction_producer(transactional_id: str) -> tuple[Any, asyncio.Lock] | No
     return producer, faust_aiokafka.Producer._trn_locks[transactional_id]
 
 
+def partition_store(table: Any, partition: int) -> Any:
+    """The RocksDB database (a rocksdict `Rdict`) of one partition of a table. faust's
+    own reads and writes pick it by the event being processed (a context variable),
+    which a step of several partitions' events does not have."""
+    return table.data._db_for_partition(partition)
+
+
 def restore_offsets(recovery: Recovery, tp: TP) -> tuple[int | None, int | None]:
     """How far a changelog partition's restore has applied records, and its highwater."""
     return recovery.active_offsets.get(tp), recovery.active_highwaters.get(tp)

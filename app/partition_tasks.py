@@ -57,6 +57,8 @@ class PartitionTasks:
         # ended) while its RocksDB writes stayed; the next assignment consumes it again
         # from the committed offset.
         self.closing = False
+        # Counts revocations: tasks taken before one belong to an assignment given up.
+        self.generation = 0
         # Steps that wrote state but were cut off before their records were sent and
         # acked: local tables then hold writes that no transaction will commit.
         self.interrupted_steps = 0
@@ -73,6 +75,7 @@ class PartitionTasks:
     def revoked(self, tps: set[TP]) -> None:
         # A new assignment starts from the committed offset; anything after it that
         # was not committed was aborted, and must be processed again.
+        self.generation += 1
         for tp in tps:
             self._by_tp.pop(tp, None)
 

@@ -1,6 +1,6 @@
 """What this worker process has done since it started: counters per source
-partition, throughput, commit times. Updated once per acked event (a few dict
-increments), read by the web views."""
+partition, throughput, commit times. Updated once per partition of an acked batch
+(a few dict increments), read by the web views."""
 
 from __future__ import annotations
 
@@ -50,10 +50,10 @@ class Stats:
         self.throughput: defaultdict[str, Throughput] = defaultdict(Throughput)  # by topic
         self.last_commit_at: dict[TP, float] = {}
 
-    def processed(self, tp: TP, counts: Counter[str], now: float) -> None:
-        """An event of tp was acked with its records; `counts` says what it was."""
+    def processed(self, tp: TP, counts: Counter[str], events: int, now: float) -> None:
+        """Events of tp were acked with their records; `counts` says what they were."""
         self.partitions[tp].update(counts)
-        self.throughput[tp.topic].add(1, now)
+        self.throughput[tp.topic].add(events, now)
 
     def count(self, name: str, n: int = 1) -> None:
         self.process[name] += n

@@ -1,4 +1,4 @@
-"""python -m bench [--smoke] [--events N] [--out PATH]
+"""python -m bench [--smoke] [--events N] [--out PATH] [--profile DIR] [--intervals S ...]
 
 Starts the local broker if none runs, then measures and writes the report."""
 
@@ -21,13 +21,19 @@ CEILING_COMMIT_INTERVAL = 1.0
 
 
 async def measure(
-    bootstrap: str, events: int, intervals: list[float], timeout: float
+    bootstrap: str,
+    events: int,
+    intervals: list[float],
+    timeout: float,
+    profile_dir: Path | None,
 ) -> tuple[list[PairstreamResult], list[CeilingResult]]:
     records = workload(events)
     pairstream = []
     for interval in intervals:
         print(f"pairstream, commit interval {interval:g} s ...", flush=True)
-        pairstream.append(await run_worker(bootstrap, records, interval, timeout))
+        result = await run_worker(bootstrap, records, interval, timeout, profile_dir)
+        print(f"  {result.steady_rate:,.0f} events/s steady, {result.cpu_seconds:.1f} s CPU")
+        pairstream.append(result)
     source = f"bench-ceiling-input-{uuid.uuid4().hex[:8]}"
     await pre_produce(bootstrap, source, records)
     ceiling = []
@@ -49,15 +55,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "BENCHMARKS.md")
     parser.add_argument("--bootstrap", help="a running broker; default: the local one on 9092")
+    parser.add_argument(
+        "--profile", type=Path, metavar="DIR", help="py-spy each worker; raw samples go to DIR"
+    )
+    parser.add_argument(
+        "--intervals", type=float, nargs="+", help="commit intervals (s); default 0.1 0.5 1"
+    )
     args = parser.parse_args(argv)
     events = 3_000 if args.smoke else args.events
-    intervals = [1.0] if args.smoke else [0.1, 0.5, 1.0]
+    intervals = args.intervals or ([1.0] if args.smoke else [0.1, 0.5, 1.0])
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     if args.bootstrap is None:
         nodes = broker.cluster(1, 9092)
         broker.start(nodes, timeout=120)
         args.bootstrap = broker.bootstrap_servers(nodes)
     timeout = 120 if args.smoke else 3600
-    pairstream, ceiling = asyncio.run(measure(args.bootstrap, events, intervals, timeout))
+    pairstream, ceiling = asyncio.run(
+        measure(args.bootstrap, events, intervals, timeout, args.profile)
+    )
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
     args.out.write_text(render(command, events, pairstream, ceiling, CEILING_COMMIT_INTERVAL))
     print(f"wrote {args.out}")

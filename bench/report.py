@@ -30,6 +30,25 @@ def kafka_version() -> str:
     return found.group(1) if found else "?"
 
 
+def profile_section(result: PairstreamResult) -> list[str]:
+    found = result.profile
+    assert found is not None
+    lines = [
+        "",
+        f"### Where the worker's CPU went (commit interval {result.commit_interval:g} s)",
+        "",
+        f"py-spy, {found.samples:,} samples of the running threads, by the frame executing"
+        " (self time).",
+        "",
+        "| package | share |",
+        "| --- | --- |",
+    ]
+    lines += [f"| {name} | {share:.1%} |" for name, share in found.by_package]
+    lines += ["", "| function | share |", "| --- | --- |"]
+    lines += [f"| {name} | {share:.1%} |" for name, share in found.by_function]
+    return lines
+
+
 def render(
     command: str,
     events: int,
@@ -66,6 +85,9 @@ def render(
             f"| {r.commit_interval:g} | {r.steady_rate:,.0f} | {r.seconds:.1f} | {first}"
             f" | {r.cpu_seconds:.1f} |"
         )
+    for r in pairstream:
+        if r.profile is not None:
+            lines += profile_section(r)
     lines += [
         "",
         "## The ceiling: a bare aiokafka consume -> produce loop",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -116,3 +117,22 @@ def test_the_worker_leaves_the_root_logger_at_the_level_asked_for() -> None:
     assert worker.spinner is not None  # faust made one: it would set DEBUG below
     worker.on_setup_root_logger(logger, logging.WARNING)
     assert logger.level == logging.WARNING and len(logger.handlers) == 1
+
+
+def test_partition_store_is_the_database_faust_reads_that_partition_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store: Any = table.data
+    partition = 3
+    monkeypatch.setattr(store, "partition_path", lambda p: tmp_path / f"partition-{p}")
+    monkeypatch.setattr(store, "_dbs", {})
+    db = internals.partition_store(table, partition)
+    assert internals.partition_store(table, partition) is db  # opened once
+    db.put(b"key", b"value")
+    # faust finds it there without an event to route by, as the web views read it
+    assert store[b"key"] == b"value"
+    with pytest.raises(KeyError):
+        store[b"other"]
+    db.delete(b"key")
+    assert store.get(b"key") is None
+    db.close()

@@ -26,7 +26,7 @@ def test_throughput_forgets_seconds_older_than_its_span() -> None:
 def test_processed_events_add_to_their_partition() -> None:
     stats = Stats()
     tp = TP("events", 0)
-    stats.processed(tp, Counter(events_in=1, valid=1), 10.0)
-    stats.processed(tp, Counter(events_in=1, dead_lettered=1), 10.5)
+    stats.processed(tp, Counter(events_in=1, valid=1), 1, 10.0)
+    stats.processed(tp, Counter(events_in=1, dead_lettered=1), 1, 10.5)
     assert stats.partitions[tp] == Counter(events_in=2, valid=1, dead_lettered=1)
     assert stats.throughput["events"].rate(1, 11.0) == 2
