@@ -22,6 +22,7 @@ from faust.types import TP
 OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
     faust_aiokafka.Consumer: {
         "_new_consumer_thread": ("self",),
+        "_drain_messages": ("self", "fetcher"),
         "_commit_tps": ("self", "tps", "start_new_transaction"),
         "_commit_offsets": ("self", "offsets", "start_new_transaction"),
         "_add_gap": ("self", "tp", "offset_from", "offset_to"),
@@ -45,6 +46,13 @@ def committed_offset(consumer: Any, tp: TP) -> int | None:
     """The offset faust last committed for tp in this assignment."""
     offset: int | None = consumer._committed_offset.get(tp)
     return offset
+
+
+def read_offsets(consumer: Any) -> dict[TP, int | None]:
+    """The offset of the last record faust's consumer handed on, per partition (None:
+    none since its seek); a record below it is one fetched again and is dropped."""
+    offsets: dict[TP, int | None] = consumer._read_offset
+    return offsets
 
 
 def forget_unacked(consumer: Any, message: Any) -> None:

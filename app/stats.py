@@ -48,12 +48,14 @@ class Stats:
         self.partitions: defaultdict[TP, Counter[str]] = defaultdict(Counter)
         self.process: Counter[str] = Counter()  # not tied to a partition (e.g. skips)
         self.throughput: defaultdict[str, Throughput] = defaultdict(Throughput)  # by topic
+        self.steps: Counter[str] = Counter()  # by topic: events / steps = the mean batch
         self.last_commit_at: dict[TP, float] = {}
 
     def processed(self, tp: TP, counts: Counter[str], events: int, now: float) -> None:
         """Events of tp were acked with their records; `counts` says what they were."""
         self.partitions[tp].update(counts)
         self.throughput[tp.topic].add(events, now)
+        self.steps[tp.topic] += 1
 
     def count(self, name: str, n: int = 1) -> None:
         self.process[name] += n

@@ -9,6 +9,7 @@ import re
 from datetime import UTC, datetime
 from importlib.metadata import version
 
+from app.settings import Settings
 from bench.ceiling import CeilingResult
 from bench.pairstream import PairstreamResult
 from bench.workload import INPUT_PARTITIONS
@@ -56,6 +57,7 @@ def render(
     ceiling: list[CeilingResult],
     ceiling_commit_interval: float,
 ) -> str:
+    conf = Settings()
     lines = [
         "# Benchmarks",
         "",
@@ -65,6 +67,10 @@ def render(
         f"- Machine: {machine()}",
         f"- Python {platform.python_version()}, faust-streaming {version('faust-streaming')},"
         f" aiokafka {version('aiokafka')}, Kafka {kafka_version()} (one local KRaft broker)",
+        f"- Worker settings: producer linger {conf.producer_linger_seconds:g} s,"
+        f" fetch {conf.fetch_bytes_per_partition:,} bytes per partition, at most"
+        f" {conf.max_batch_events} events per step, {conf.partitions} keyed partitions;"
+        " logging at `info`.",
         f"- Workload: {events:,} A/B events pre-produced into a {INPUT_PARTITIONS}-partition input"
         " topic under random producer keys; 5% of keys miss a partner, 2% of events are sent"
         " twice (`bench/workload.py`).",

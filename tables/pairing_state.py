@@ -53,8 +53,10 @@ class PartitionState:
         self.outbox.send(self._changelog, encoded, None, self.partition)
 
     def items(self) -> Iterator[tuple[str, KeyState]]:
+        # faust keeps the changelog offset it has applied in the same database.
+        not_keys = {CLOCK_KEY, table.data.offset_key}
         for raw_key, raw_value in internals.partition_store(table, self.partition).items():
-            if raw_key != CLOCK_KEY:
+            if raw_key not in not_keys:
                 yield raw_key.decode(), decode_state(raw_value)
 
     def clock(self) -> EventClock:
