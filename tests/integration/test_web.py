@@ -57,12 +57,17 @@ async def processed(broker: str, tmp: Path, workers: int, seed: int) -> Processe
     # than the wall clock: the watermark ran minutes ahead, and events came out late.
     await pipeline.produce(records)
     started = [pipeline.worker(i).start() for i in range(workers)]
-    for worker in started:
-        await worker.wait_ready()
-    expected = await pipeline.expected()
-    async with OutputReader(pipeline.conf) as reader:
-        await wait_for_outputs(reader, expected_total(expected), timeout=180)
-        assert reader.total == expected_total(expected)
+    try:
+        for worker in started:
+            await worker.wait_ready()
+        expected = await pipeline.expected()
+        async with OutputReader(pipeline.conf) as reader:
+            await wait_for_outputs(reader, expected_total(expected), timeout=180)
+            assert reader.total == expected_total(expected)
+    except BaseException:
+        for worker in started:  # else they outlive the test
+            worker.kill()
+        raise
     return Processed(pipeline, started, records, expected)
 
 
