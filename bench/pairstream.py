@@ -29,6 +29,7 @@ class PairstreamResult:
     steady_rate: float  # events/s through both stages, between 10% and 90%
     seconds: float  # worker start to the last event through both stages
     first_through: float | None  # worker start to the first event through both stages
+    events_per_step: float  # pairing stage: keyed records per step (a batch of one partition)
     cpu_seconds: float  # of the worker process
     profile: profile.Profile | None  # py-spy, from ready to the last event through
 
@@ -40,16 +41,18 @@ def free_port() -> int:
         return port
 
 
-async def through_pairing(url: str) -> int:
-    """Keyed events the pairing stage has processed, per the worker's /stats."""
+async def through_pairing(url: str) -> tuple[int, int]:
+    """Keyed events the pairing stage has processed, and in how many steps, per the
+    worker's /stats."""
     async with aiohttp.ClientSession() as session, session.get(url) as response:
         stats = await response.json()
     keyed = os.environ["PAIRSTREAM_KEYED_TOPIC"]
-    return sum(
+    events = sum(
         p["counters"]["events_in"]
         for p in stats["partitions"]
         if p["topic"] == keyed and p["role"] == "active"
     )
+    return events, stats["worker"]["steps"].get(keyed, 0)
 
 
 async def run_worker(
@@ -85,7 +88,7 @@ async def run_worker(
         progress = Samples()
         url = f"http://127.0.0.1:{port}/stats"
         while True:
-            done = await through_pairing(url)
+            done, steps = await through_pairing(url)
             elapsed = time.monotonic() - started
             progress.samples.append((elapsed, done))
             if done >= len(records):
@@ -107,6 +110,7 @@ async def run_worker(
         progress.steady_rate(len(records)),
         progress.samples[-1][0],
         progress.first_at(),
+        done / max(steps, 1),
         cpu,
         summary,
     )

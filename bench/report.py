@@ -82,14 +82,14 @@ def render(
         "and 90% of the input. CPU: the worker process, start to end.",
         "",
         "| commit interval (s) | steady events/s | start to last through (s)"
-        " | start to first through (s) | worker CPU (s) |",
-        "| --- | --- | --- | --- | --- |",
+        " | start to first through (s) | events per pairing step | worker CPU (s) |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for r in pairstream:
         first = "-" if r.first_through is None else f"{r.first_through:.1f}"
         lines.append(
             f"| {r.commit_interval:g} | {r.steady_rate:,.0f} | {r.seconds:.1f} | {first}"
-            f" | {r.cpu_seconds:.1f} |"
+            f" | {r.events_per_step:.1f} | {r.cpu_seconds:.1f} |"
         )
     for r in pairstream:
         if r.profile is not None:
