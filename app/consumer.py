@@ -140,7 +140,8 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         return committed
 
     async def _close_steps(self) -> None:
-        self.tasks.closing = True
+        for event in self.tasks.close():
+            internals.forget_unacked(self, event.message)
         # No step starts from here on, and every step already started holds or
         # awaits the commit lock (a step does not yield between its start and the
         # lock): passing the lock once lets them all finish.

@@ -24,7 +24,7 @@ from app import internals
 from app.faust_app import PairstreamApp
 from app.kafka_admin import committed_records_between
 from app.outbox import send_in_transaction
-from app.partition_tasks import PartitionTask
+from app.partition_tasks import PartitionTask, TakenBatch
 from app.progress import Progress, Verdict
 from app.settings import settings
 
@@ -36,37 +36,22 @@ Batch = dict[PartitionTask, list[EventT[Any]]]  # taken events, in offset order 
 
 async def batches_once(app: PairstreamApp, stream: Any) -> AsyncIterator[Batch]:
     """The stream's events in batches: what it has buffered when the first arrives,
-    up to `max_batch_events`. A batch begun before a revocation or a stop is dropped
-    unacked: the next assignment consumes its records again from the committed offsets."""
+    up to `max_batch_events`. A revocation or a stop drops the batch being taken
+    (PartitionTasks.close): its events come again from the committed offsets."""
     tasks = app.partition_tasks
     events = stream.noack()
     buffered = events.channel.queue  # what the consumer has delivered to this agent
     limit = settings().max_batch_events
-    batch: Batch = {}
-    size = 0
-    generation = tasks.generation
-    async for task, event in _events_once(app, events):
-        if size and tasks.generation != generation:
-            _drop(app, batch, size)  # its tasks were revoked while it was being taken
-            batch, size = {}, 0
-        generation = tasks.generation
-        batch.setdefault(task, []).append(event)
-        size += 1
-        if size < limit and not buffered.empty():
-            continue
-        if tasks.closing or tasks.generation != generation:
-            _drop(app, batch, size)
-        else:
-            yield batch
-        batch, size = {}, 0
-
-
-def _drop(app: PairstreamApp, batch: Batch, size: int) -> None:
-    log.warning("dropped a batch of %d records begun before a rebalance or stop", size)
-    app.partition_tasks.stats.count("skipped_closing", size)
-    for events in batch.values():
-        for event in events:
-            internals.forget_unacked(app.consumer, event.message)
+    batch = TakenBatch()
+    tasks.taking.add(batch)
+    try:
+        async for task, event in _events_once(app, events):
+            batch.add(task, event)
+            if batch.size < limit and not buffered.empty():
+                continue
+            yield batch.take()
+    finally:
+        tasks.taking.discard(batch)
 
 
 async def _events_once(

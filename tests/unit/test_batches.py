@@ -127,6 +127,7 @@ async def test_a_batch_begun_before_a_revocation_is_dropped_unacked(
     while first_task.offsets.next == 0:  # until the first event is taken
         await asyncio.sleep(0)
     assert first_task.offsets.next == 1 and stream.channel.queue.qsize() == 1
+    assert own_tasks.close() == dropped[:1]  # a revocation begins
     own_tasks.revoked({tp})
     assigned(own_tasks, tp)  # the same partition again: a new task, from offset 0
     stream.channel.queue.get_nowait()  # the old assignment's second record: not delivered
