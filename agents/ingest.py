@@ -12,9 +12,7 @@ import logging
 import time
 from typing import Any
 
-from faust.types import Message
-
-from app.exactly_once import batches_once, caught_up, exactly_once
+from app.exactly_once import caught_up, events_once, exactly_once
 from app.faust_app import app
 from app.outbox import Record
 from app.partition_tasks import PartitionTask
@@ -34,8 +32,6 @@ from tables.source_progress import store_progress, stored_progress
 
 conf = settings()
 log = logging.getLogger(__name__)
-KEYED_TOPIC = keyed_events.get_topic_name()
-DLQ_TOPIC = dead_letters.get_topic_name()
 
 
 def load_source(task: PartitionTask) -> SourceProgress:
@@ -46,7 +42,8 @@ def load_source(task: PartitionTask) -> SourceProgress:
 def watermark_records(partition: int, source: SourceProgress) -> list[Record]:
     """One watermark record for every keyed partition."""
     value = encode_watermark(source.update(partition, conf.events_partitions))
-    return [(KEYED_TOPIC, WATERMARK_KEY, value, k) for k in range(conf.partitions)]
+    keyed = keyed_events.get_topic_name()
+    return [(keyed, WATERMARK_KEY, value, k) for k in range(conf.partitions)]
 
 
 def tell_before_commit(task: PartitionTask) -> list[Record]:
@@ -64,44 +61,44 @@ app.partition_tasks.before_commit(conf.events_topic, tell_before_commit)
 
 @app.agent(events)
 async def ingest(stream: Any) -> None:
-    async for batch in batches_once(app, stream):
-        async with exactly_once(app, batch):
-            now = time.time()
-            for task, batch_events in batch.items():
-                for event in batch_events:
-                    validate(task, event.message, now)
-
-
-def validate(task: PartitionTask, message: Message, now: float) -> None:
-    """One input record: dead-lettered, or stamped and sent on to its keyed partition."""
-    outbox = task.outbox
-    raw: bytes | None = message.value
-    record_source = Source(message.topic, message.partition, message.offset)
-    outbox.count("events_in")
-    parsed = parse_event(raw, conf.max_event_bytes)
-    if isinstance(parsed, Rejection):
-        outbox.count("dead_lettered")
-        record = dead_letter_record(parsed.reason, raw, record_source)
-        outbox.send(DLQ_TOPIC, message.key, record, None)
-        return
-    assert raw is not None  # a valid event has a body
-    outbox.count("valid")
-    progress = task.processor(SourceProgress, load_source)
-    before = progress.progress_us
-    stamp = progress.observe(parsed.time_us, now)
-    if stamp != before:
-        store_progress(message.partition, stamp, outbox)
-    if progress.must_announce:
-        # Newly assigned, or back from idle: ahead of its event, so that no
-        # keyed partition takes this partition as idle when the event arrives.
-        outbox.send_all(watermark_records(message.partition, progress))
-        progress.told()
-    outbox.send(
-        KEYED_TOPIC,
-        parsed.key.encode(),
-        encode_keyed_event(parsed, raw, record_source, stamp),
-        partition_for(parsed.key, conf.partitions),
-    )
+    keyed_topic = keyed_events.get_topic_name()
+    dlq_topic = dead_letters.get_topic_name()
+    async for event in events_once(app, stream):
+        message = event.message
+        raw: bytes | None = message.value
+        record_source = Source(message.topic, message.partition, message.offset)
+        async with exactly_once(app, event) as task:
+            outbox = task.outbox
+            outbox.count("events_in")
+            parsed = parse_event(raw, conf.max_event_bytes)
+            if isinstance(parsed, Rejection):
+                outbox.count("dead_lettered")
+                outbox.send(
+                    dlq_topic,
+                    message.key,
+                    dead_letter_record(parsed.reason, raw, record_source),
+                    None,
+                )
+                continue
+            assert raw is not None  # a valid event has a body
+            outbox.count("valid")
+            source = task.processor(SourceProgress, load_source)
+            before = source.progress_us
+            stamp = source.observe(parsed.time_us, time.time())
+            if stamp != before:
+                store_progress(message.partition, stamp, outbox)
+            if source.must_announce:
+                # Newly assigned, or back from idle: ahead of its event, so that no
+                # keyed partition takes this partition as idle when the event arrives.
+                outbox.send_all(watermark_records(message.partition, source))
+                source.told()
+            partition = partition_for(parsed.key, conf.partitions)
+            outbox.send(
+                keyed_topic,
+                parsed.key.encode(),
+                encode_keyed_event(parsed, raw, record_source, stamp),
+                partition,
+            )
 
 
 @app.timer(interval=min(1.0, conf.idle_timeout_seconds / 2))

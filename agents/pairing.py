@@ -7,9 +7,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from faust.types import Message
-
-from app.exactly_once import batches_once, exactly_once
+from app.exactly_once import events_once, exactly_once
 from app.faust_app import app
 from app.outbox import Outbox
 from app.partition_tasks import PartitionTask
@@ -39,9 +37,6 @@ from pairing.rules import (
 from tables.pairing_state import PartitionState
 
 conf = settings()
-PAIRS_TOPIC = pairs.get_topic_name()
-UNPAIRED_TOPIC = unpaired.get_topic_name()
-DLQ_TOPIC = dead_letters.get_topic_name()
 
 
 class KeyedPartition:
@@ -70,58 +65,43 @@ def pending_by_partition() -> dict[int, tuple[PendingSummary, int | None]]:
 
 @app.agent(keyed_events)
 async def pair(stream: Any) -> None:
-    async for batch in batches_once(app, stream):
-        async with exactly_once(app, batch):
+    async for event in events_once(app, stream):
+        async with exactly_once(app, event) as task:
+            outbox = task.outbox
+            keyed_partition = task.processor(KeyedPartition, KeyedPartition)
+            engine = keyed_partition.engine
             now = time.time()
-            paired_at = format_time(datetime.fromtimestamp(now, UTC))
-            for task, batch_events in batch.items():
-                keyed_partition = task.processor(KeyedPartition, KeyedPartition)
-                for event in batch_events:
-                    outcomes, keyed = apply_rules(keyed_partition, task.outbox, event.message)
-                    publish(outcomes, keyed, task.outbox, paired_at)
+            value = event.message.value
+            assert value is not None  # written by ingest or the tick timer, never empty
+            keyed = None
+            if event.message.key == WATERMARK_KEY:
+                outbox.count("watermarks")
+                outcomes: list[Outcome] = engine.observe(decode_watermark(loads(value)), now)
+                keyed_partition.state.set_clock(engine.clock)
+            elif value == TICK:
+                outbox.count("ticks")
+                outcomes = engine.expire_waiting(now)
+            else:
+                outbox.count("events_in")
+                keyed = decode_keyed_event(value)
+                outcomes = engine.process(keyed.event, keyed.progress_us, now)
+            publish(outcomes, keyed, outbox, now)
 
 
-def apply_rules(
-    keyed_partition: KeyedPartition, outbox: Outbox, message: Message
-) -> tuple[list[Outcome], KeyedEvent | None]:
-    """One keyed record (a watermark, a tick or an event) through the rules.
-
-    The rules' wall clock (max wait) is the record's timestamp: when ingest or the
-    tick timer wrote it. A pairing stage that falls behind its input (a backlog, a
-    loaded machine, a fetch that served other partitions first) then sees no time
-    pass that its input did not, and closes no key early for its own delay."""
-    engine = keyed_partition.engine
-    now = message.timestamp
-    value = message.value
-    assert value is not None  # written by ingest or the tick timer, never empty
-    if message.key == WATERMARK_KEY:
-        outbox.count("watermarks")
-        outcomes: list[Outcome] = engine.observe(decode_watermark(loads(value)), now)
-        keyed_partition.state.set_clock(engine.clock)
-        return outcomes, None
-    if value == TICK:
-        outbox.count("ticks")
-        return engine.expire_waiting(now), None
-    outbox.count("events_in")
-    keyed = decode_keyed_event(value)
-    return engine.process(keyed.event, keyed.progress_us, now), keyed
-
-
-def publish(
-    outcomes: list[Outcome], keyed: KeyedEvent | None, outbox: Outbox, paired_at: str
-) -> None:
+def publish(outcomes: list[Outcome], keyed: KeyedEvent | None, outbox: Outbox, now: float) -> None:
     for outcome in outcomes:
         key = outcome.key.encode()
         if isinstance(outcome, Paired):
             outbox.count("pairs")
-            outbox.send(PAIRS_TOPIC, key, pair_record(outcome, paired_at), None)
+            paired_at = format_time(datetime.fromtimestamp(now, UTC))
+            outbox.send(pairs.get_topic_name(), key, pair_record(outcome, paired_at), None)
         elif isinstance(outcome, Unpaired):
             outbox.count(outcome.reason)
-            outbox.send(UNPAIRED_TOPIC, key, unpaired_record(outcome), None)
+            outbox.send(unpaired.get_topic_name(), key, unpaired_record(outcome), None)
         elif isinstance(outcome, Conflict):
             assert keyed is not None  # only an arriving event conflicts
             outbox.count("conflicts")
-            outbox.send(DLQ_TOPIC, key, conflict_record(outcome, keyed), None)
+            outbox.send(dead_letters.get_topic_name(), key, conflict_record(outcome, keyed), None)
         elif isinstance(outcome, Duplicate):
             outbox.count("duplicates")
 

@@ -15,14 +15,12 @@ none of them. The consumer keeps the registry of partition tasks.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 from aiokafka.errors import IllegalOperation
-from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
@@ -62,54 +60,6 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> ExactlyOnceConsumerThread:
         return ExactlyOnceConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
-    async def _drain_messages(self, fetcher: Any) -> None:
-        # The fetch loop. faust's hands each record to the conductor in a task of its
-        # own and waits for it (Service.wait_first): an event-loop round per record, so
-        # an agent never found more than one record buffered, and a third of the
-        # worker's CPU went to asyncio (docs/BENCHMARKS.md). Here the conductor is
-        # called directly; it only waits when an agent's buffer is full. While the
-        # flow is suspended (a rebalance), a record is handed over as faust does, so
-        # that the suspension can cut the wait short. Like faust's loop: records below
-        # the last one read are dropped, gaps are recorded, and the loop yields after
-        # each fetch and every `max_batch_events` records.
-        deliver = self.callback
-        read_offsets = internals.read_offsets(self)
-        acks_enabled_for = self.app.topics.acks_enabled_for
-        yield_every = settings().max_batch_events
-        stopped: tuple[type[BaseException], ...] = (
-            asyncio.CancelledError,
-            *self.consumer_stopped_errors,
-        )
-        try:
-            while not (self.should_stop or fetcher.should_stop):
-                self.diag.set_flag(CONSUMER_FETCHING)
-                records = self.getmany(timeout=1.0)
-                await asyncio.sleep(0)
-                since_yield = 0
-                async for tp, message in records:
-                    since_yield += 1
-                    if since_yield >= yield_every:
-                        await asyncio.sleep(0)
-                        since_yield = 0
-                    offset = message.offset
-                    last_read = read_offsets[tp]
-                    if last_read is not None and offset < last_read:
-                        continue
-                    if last_read and offset - last_read > 1 and acks_enabled_for(message.topic):
-                        await self._add_gap(tp, last_read + 1, offset)
-                    if self.suspend_flow.is_set():
-                        await self.wait_first(deliver(message), self.suspend_flow.wait())
-                    else:
-                        await deliver(message)
-                    read_offsets[tp] = offset
-                self.diag.unset_flag(CONSUMER_FETCHING)
-        except stopped:
-            if not self.app.should_stop:
-                raise
-            log.info("consumer stopped while fetching; the worker is stopping")
-        finally:
-            self.diag.unset_flag(CONSUMER_FETCHING)
-
     async def _commit_tps(self, tps: Any, start_new_transaction: bool) -> bool:
         async with self.tasks.commit_lock:
             tps = list(tps)
@@ -140,8 +90,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         return committed
 
     async def _close_steps(self) -> None:
-        for event in self.tasks.close():
-            internals.forget_unacked(self, event.message)
+        self.tasks.closing = True
         # No step starts from here on, and every step already started holds or
         # awaits the commit lock (a step does not yield between its start and the
         # lock): passing the lock once lets them all finish.

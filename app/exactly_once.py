@@ -1,13 +1,10 @@
 """Exactly-once steps: each record of an input partition processed once, in order,
 with everything it causes sent into the transaction that commits its offset.
 
-An agent iterates `batches_once(app, stream)`: the events its stream has buffered,
-taken in order per partition and grouped by partition task. It processes each batch
-inside `exactly_once(app, batch)`, which holds the commit lock throughout: the events
-write state and fill their tasks' outboxes, and on a clean exit each outbox is sent
-into its partition's transaction and the events are acked, with no commit in between
-(app/consumer.py says why that is needed). One lock, one send loop and one stats
-update per batch, not per event.
+An agent iterates `events_once(app, stream)` and processes each event inside
+`exactly_once(app, event)`, which hands it the event's partition task; the task's
+outbox collects the event's records, and on a clean exit they are sent and the
+event acked under the commit lock (app/consumer.py says why that is needed).
 """
 
 from __future__ import annotations
@@ -24,41 +21,16 @@ from app import internals
 from app.faust_app import PairstreamApp
 from app.kafka_admin import committed_records_between
 from app.outbox import send_in_transaction
-from app.partition_tasks import PartitionTask, TakenBatch
+from app.partition_tasks import PartitionTask
 from app.progress import Progress, Verdict
 from app.settings import settings
 
 log = logging.getLogger(__name__)
 
 
-Batch = dict[PartitionTask, list[EventT[Any]]]  # taken events, in offset order per task
-
-
-async def batches_once(app: PairstreamApp, stream: Any) -> AsyncIterator[Batch]:
-    """The stream's events in batches: what it has buffered when the first arrives,
-    up to `max_batch_events`. A revocation or a stop drops the batch being taken
-    (PartitionTasks.close): its events come again from the committed offsets."""
-    tasks = app.partition_tasks
-    events = stream.noack()
-    buffered = events.channel.queue  # what the consumer has delivered to this agent
-    limit = settings().max_batch_events
-    batch = TakenBatch()
-    tasks.taking.add(batch)
-    try:
-        async for task, event in _events_once(app, events):
-            batch.add(task, event)
-            if batch.size < limit and not buffered.empty():
-                continue
-            yield batch.take()
-    finally:
-        tasks.taking.discard(batch)
-
-
-async def _events_once(
-    app: PairstreamApp, stream: Any
-) -> AsyncIterator[tuple[PartitionTask, EventT[Any]]]:
-    """The stream's events with their tasks, each offset taken once and in order per
-    assignment, to be acked by `exactly_once`.
+async def events_once(app: PairstreamApp, stream: Any) -> AsyncIterator[EventT[Any]]:
+    """The stream's events, each offset once and in order per assignment, acked by
+    `exactly_once`.
 
     Skipped, and never acked (an ack would let a commit pass their offset):
       * records of an assignment being revoked or stopped (`PartitionTasks.closing`),
@@ -72,6 +44,7 @@ async def _events_once(
       * a record delivered while an earlier delivered one is still unprocessed, or the
         first after a seek when committed records it leaves out were never delivered
         (`_check_jump`): the partition is sought back to the first unprocessed offset.
+    The agent's body must not await before `exactly_once` takes its lock.
     """
     tasks = app.partition_tasks
     consumer: Any = app.consumer
@@ -93,8 +66,7 @@ async def _events_once(
             if verdict is Verdict.PROCESS and offsets.jumps_from_seek(message.offset):
                 verdict = await _check_jump(tp, offsets, message.offset)
             if verdict is Verdict.PROCESS:
-                offsets.taken(message.offset)
-                yield task, event
+                yield event
                 continue
             reason = verdict.value
             if verdict is not Verdict.REDELIVERED:
@@ -124,27 +96,27 @@ async def _check_jump(tp: TP, offsets: Progress, offset: int) -> Verdict:
 
 
 @asynccontextmanager
-async def exactly_once(app: PairstreamApp, batch: Batch) -> AsyncIterator[None]:
-    """Holds the commit lock while the batch is processed; on a clean exit sends each
-    task's outbox into its partition's transaction and acks the task's events."""
+async def exactly_once(app: PairstreamApp, event: EventT[Any]) -> AsyncIterator[PartitionTask]:
+    """The event's partition task, its outbox empty; on a clean exit the outbox is
+    sent into the event's transaction and the event acked, with no commit between."""
     tasks = app.partition_tasks
-    async with tasks.commit_lock:
-        completed = False
-        try:
-            yield
-            now = time.time()
-            for task, events in batch.items():
-                outbox = task.outbox
-                await send_in_transaction(app, task.tp, outbox.records)
-                for event in events:
-                    event.ack()
-                tasks.stats.processed(task.tp, outbox.counts, len(events), now)
-            completed = True
-        finally:
-            for task in batch:
-                task.outbox.clear()
-            if not completed:
-                tasks.interrupted_steps += 1
+    tp = event.message.tp
+    task = tasks.get(tp)
+    assert task is not None  # events_once yields only events of assigned partitions
+    outbox = task.outbox  # empty: every step clears it on the way out
+    completed = False
+    try:
+        yield task
+        async with tasks.commit_lock:
+            await send_in_transaction(app, tp, outbox.records)
+            event.ack()
+            task.offsets.processed(event.message.offset)
+        tasks.stats.processed(tp, outbox.counts, time.time())
+        completed = True
+    finally:
+        outbox.clear()
+        if not completed:
+            tasks.interrupted_steps += 1
 
 
 async def caught_up(app: PairstreamApp, tp: TP) -> bool:

@@ -47,8 +47,6 @@ def create_app() -> PairstreamApp:
         # faust's 5 minutes: a worker whose first metadata missed a just-created topic
         # was assigned none of its partitions, and stayed so until the next refresh.
         consumer_metadata_max_age_ms=int(conf.metadata_refresh_seconds * 1000),
-        consumer_max_fetch_size=conf.fetch_bytes_per_partition,
-        producer_linger=conf.producer_linger_seconds,
         # Sends from a second thread would leave the transactions (faust issue 177).
         producer_threaded=False,
         # Wait for in-flight events before a rebalance commits.

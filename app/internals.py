@@ -22,7 +22,6 @@ from faust.types import TP
 OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
     faust_aiokafka.Consumer: {
         "_new_consumer_thread": ("self",),
-        "_drain_messages": ("self", "fetcher"),
         "_commit_tps": ("self", "tps", "start_new_transaction"),
         "_commit_offsets": ("self", "offsets", "start_new_transaction"),
         "_add_gap": ("self", "tp", "offset_from", "offset_to"),
@@ -46,13 +45,6 @@ def committed_offset(consumer: Any, tp: TP) -> int | None:
     """The offset faust last committed for tp in this assignment."""
     offset: int | None = consumer._committed_offset.get(tp)
     return offset
-
-
-def read_offsets(consumer: Any) -> dict[TP, int | None]:
-    """The offset of the last record faust's consumer handed on, per partition (None:
-    none since its seek); a record below it is one fetched again and is dropped."""
-    offsets: dict[TP, int | None] = consumer._read_offset
-    return offsets
 
 
 def forget_unacked(consumer: Any, message: Any) -> None:
@@ -79,13 +71,6 @@ def transaction_producer(transactional_id: str) -> tuple[Any, asyncio.Lock] | No
     if producer is None:
         return None
     return producer, faust_aiokafka.Producer._trn_locks[transactional_id]
-
-
-def partition_store(table: Any, partition: int) -> Any:
-    """The RocksDB database (a rocksdict `Rdict`) of one partition of a table. faust's
-    own reads and writes pick it by the event being processed (a context variable),
-    which a step of several partitions' events does not have."""
-    return table.data._db_for_partition(partition)
 
 
 def restore_offsets(recovery: Recovery, tp: TP) -> tuple[int | None, int | None]:

@@ -2,23 +2,17 @@
 and our own metrics (prefixed `pairstream_`), in one registry.
 
 Ours are read from `worker_status()` at scrape time, so the event path only
-bumps plain counters. faust's sensor keeps its commit, rebalance, assignment and
-send metrics; its per-event hooks are switched off (`BatchPathMonitor`): they cost
-more than the rules (a labelled metric lookup per record and stage), and our
-counters count the same events exactly.
+bumps plain counters.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from time import monotonic
 from typing import Any
 
-from faust.sensors.prometheus import FaustMetrics, PrometheusMonitor
-from faust.types import TP, AppT, EventT, Message, StreamT
-from faust.types.tables import CollectionT
-from faust.web import Request, Response, View
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from faust.sensors.prometheus import setup_prometheus_sensors
+from faust.types import AppT
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -120,43 +114,7 @@ def _partition_metrics(partitions: list[dict[str, Any]]) -> Iterator[Metric]:
     yield from families.values()
 
 
-class BatchPathMonitor(PrometheusMonitor):
-    """faust's Prometheus sensor, silent for each record and table access."""
-
-    def on_message_in(self, tp: TP, offset: int, message: Message) -> None:
-        return None
-
-    def on_stream_event_in(
-        self, tp: TP, offset: int, stream: StreamT[Any], event: EventT[Any]
-    ) -> None:
-        # Kept: faust's livelock check warns about a partition with none.
-        self.stream_inbound_time[tp] = monotonic()
-
-    def on_stream_event_out(
-        self, tp: TP, offset: int, stream: StreamT[Any], event: EventT[Any], state: Any = None
-    ) -> None:
-        return None
-
-    def on_message_out(self, tp: TP, offset: int, message: Message) -> None:
-        return None
-
-    def on_table_get(self, table: CollectionT, key: Any) -> None:
-        return None
-
-    def on_table_set(self, table: CollectionT, key: Any, value: Any) -> None:
-        return None
-
-    def on_table_del(self, table: CollectionT, key: Any) -> None:
-        return None
-
-
 def setup_metrics(app: AppT) -> None:
     registry = CollectorRegistry()
     registry.register(WorkerCollector())
-    app.monitor = BatchPathMonitor(metrics=FaustMetrics.create(registry, "faust"))
-
-    @app.page("/metrics")
-    async def metrics(self: View, request: Request) -> Response:
-        # As a header: aiohttp refuses a charset in its content_type argument.
-        headers = {"Content-Type": CONTENT_TYPE_LATEST}
-        return self.bytes(generate_latest(registry), headers=headers)
+    setup_prometheus_sensors(app, pattern="/metrics", registry=registry, name_prefix="faust")

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from faust.types import TP, EventT
+from faust.types import TP
 
 from app.outbox import Outbox, Record
 from app.progress import Progress
@@ -45,29 +45,6 @@ class PartitionTask:
         return processor if isinstance(processor, kind) else None
 
 
-class TakenBatch:
-    """Events an agent has taken for its next step, by partition task, in offset order
-    per task. Registered with the tasks while it is being taken, so that a revocation
-    or a stop can drop it."""
-
-    __slots__ = ("by_task", "size")
-
-    def __init__(self) -> None:
-        self.by_task: dict[PartitionTask, list[EventT[Any]]] = {}
-        self.size = 0
-
-    def add(self, task: PartitionTask, event: EventT[Any]) -> None:
-        self.by_task.setdefault(task, []).append(event)
-        self.size += 1
-
-    def take(self) -> dict[PartitionTask, list[EventT[Any]]]:
-        """The events taken so far; the batch starts again empty."""
-        taken = self.by_task
-        self.by_task = {}
-        self.size = 0
-        return taken
-
-
 class PartitionTasks:
     def __init__(self) -> None:
         self._by_tp: dict[TP, PartitionTask] = {}
@@ -80,8 +57,6 @@ class PartitionTasks:
         # ended) while its RocksDB writes stayed; the next assignment consumes it again
         # from the committed offset.
         self.closing = False
-        # Batches agents are taking (not yet in a step).
-        self.taking: set[TakenBatch] = set()
         # Steps that wrote state but were cut off before their records were sent and
         # acked: local tables then hold writes that no transaction will commit.
         self.interrupted_steps = 0
@@ -89,16 +64,6 @@ class PartitionTasks:
         # just before a commit (ingest: the partition's event-time progress).
         self.commit_hooks: dict[str, Callable[[PartitionTask], list[Record]]] = {}
         self.stats = Stats()
-
-    def close(self) -> list[EventT[Any]]:
-        """A revocation or a stop begins: no step starts from here on, and the batches
-        being taken are dropped. Their events, never acked, come again from the
-        committed offsets of the next assignment."""
-        self.closing = True
-        dropped = [e for batch in self.taking for events in batch.take().values() for e in events]
-        if dropped:
-            self.stats.count("skipped_closing", len(dropped))
-        return dropped
 
     def assigned(self, tps: set[TP]) -> None:
         self.closing = False

@@ -29,12 +29,12 @@ class Progress:
     __slots__ = ("anchored", "next", "unprocessed")
 
     def __init__(self) -> None:
-        # The lowest offset that may be taken; None until the partition has been
+        # The lowest offset that may be processed; None until the partition has been
         # sought to its committed offset in this assignment.
         self.next: int | None = None
-        # Offsets delivered, skipped, and not yet taken (all at or after `next`).
+        # Offsets delivered, skipped, and not yet processed (all at or after `next`).
         self.unprocessed: set[int] = set()
-        # Whether a record has been taken since the last seek.
+        # Whether a record has been processed since the last seek.
         self.anchored = False
 
     def sought_to_committed(self, committed: int) -> None:
@@ -65,9 +65,7 @@ class Progress:
         if self.next is None or offset >= self.next:
             self.unprocessed.add(offset)
 
-    def taken(self, offset: int) -> None:
-        """A record taken for processing: it is in a step, which either acks it or
-        cuts the worker off (an unacked record is never committed)."""
+    def processed(self, offset: int) -> None:
         self.next = offset + 1
         self.anchored = True
         if self.unprocessed:

@@ -70,23 +70,6 @@ class Settings(BaseSettings):
         description="how often a worker refreshes cluster metadata: a subscribed topic it did"
         " not see at its assignment (just created) is picked up within this time",
     )
-    max_batch_events: int = Field(
-        500,
-        gt=0,
-        description="most events an agent takes into one step (one lock, one send loop)",
-    )
-    fetch_bytes_per_partition: int = Field(
-        65536,
-        gt=0,
-        description="most data one fetch brings per partition: a worker takes what a fetch"
-        " brings in order, so large fetches of a backlog keep its other partitions waiting",
-    )
-    producer_linger_seconds: float = Field(
-        0.1,
-        ge=0,
-        description="how long the producer waits to fill a batch before sending it (a commit"
-        " sends at once what waits): with 0, nearly every record is a produce request",
-    )
     transaction_timeout_seconds: float = Field(
         60.0, gt=0, description="the broker aborts a transaction left open this long"
     )

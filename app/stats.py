@@ -1,6 +1,6 @@
 """What this worker process has done since it started: counters per source
-partition, throughput, commit times. Updated once per partition of an acked batch
-(a few dict increments), read by the web views."""
+partition, throughput, commit times. Updated once per acked event (a few dict
+increments), read by the web views."""
 
 from __future__ import annotations
 
@@ -48,14 +48,12 @@ class Stats:
         self.partitions: defaultdict[TP, Counter[str]] = defaultdict(Counter)
         self.process: Counter[str] = Counter()  # not tied to a partition (e.g. skips)
         self.throughput: defaultdict[str, Throughput] = defaultdict(Throughput)  # by topic
-        self.steps: Counter[str] = Counter()  # by topic: events / steps = the mean batch
         self.last_commit_at: dict[TP, float] = {}
 
-    def processed(self, tp: TP, counts: Counter[str], events: int, now: float) -> None:
-        """Events of tp were acked with their records; `counts` says what they were."""
+    def processed(self, tp: TP, counts: Counter[str], now: float) -> None:
+        """An event of tp was acked with its records; `counts` says what it was."""
         self.partitions[tp].update(counts)
-        self.throughput[tp.topic].add(events, now)
-        self.steps[tp.topic] += 1
+        self.throughput[tp.topic].add(1, now)
 
     def count(self, name: str, n: int = 1) -> None:
         self.process[name] += n

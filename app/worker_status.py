@@ -53,7 +53,6 @@ def worker_status() -> dict[str, Any]:
                 for topic, rate in sorted(stats.throughput.items())
             },
             "skipped": dict(stats.process),
-            "steps": dict(stats.steps),  # per topic; one per partition of a batch
         },
         "totals": totals(partitions),
         "partitions": partitions,

@@ -1,4 +1,4 @@
-"""python -m bench [--smoke] [--events N] [--out PATH] [--profile DIR] [--intervals S ...]
+"""python -m bench [--smoke] [--events N] [--out PATH]
 
 Starts the local broker if none runs, then measures and writes the report."""
 
@@ -21,19 +21,13 @@ CEILING_COMMIT_INTERVAL = 1.0
 
 
 async def measure(
-    bootstrap: str,
-    events: int,
-    intervals: list[float],
-    timeout: float,
-    profile_dir: Path | None,
+    bootstrap: str, events: int, intervals: list[float], timeout: float
 ) -> tuple[list[PairstreamResult], list[CeilingResult]]:
     records = workload(events)
     pairstream = []
     for interval in intervals:
         print(f"pairstream, commit interval {interval:g} s ...", flush=True)
-        result = await run_worker(bootstrap, records, interval, timeout, profile_dir)
-        print(f"  {result.steady_rate:,.0f} events/s steady, {result.cpu_seconds:.1f} s CPU")
-        pairstream.append(result)
+        pairstream.append(await run_worker(bootstrap, records, interval, timeout))
     source = f"bench-ceiling-input-{uuid.uuid4().hex[:8]}"
     await pre_produce(bootstrap, source, records)
     ceiling = []
@@ -47,17 +41,6 @@ async def measure(
     return pairstream, ceiling
 
 
-NOTES = "<!-- notes: written by hand, kept when the figures above are measured again -->"
-
-
-def kept_notes(out: Path) -> str:
-    """The hand-written reading of the figures, from the page being replaced."""
-    if not out.exists():
-        return ""
-    _, marker, notes = out.read_text().partition(NOTES)
-    return f"\n{marker}{notes}" if marker else ""
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
@@ -66,28 +49,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "BENCHMARKS.md")
     parser.add_argument("--bootstrap", help="a running broker; default: the local one on 9092")
-    parser.add_argument(
-        "--profile", type=Path, metavar="DIR", help="py-spy each worker; raw samples go to DIR"
-    )
-    parser.add_argument(
-        "--intervals", type=float, nargs="+", help="commit intervals (s); default 0.1 0.5 1"
-    )
     args = parser.parse_args(argv)
     events = 3_000 if args.smoke else args.events
-    intervals = args.intervals or ([1.0] if args.smoke else [0.1, 0.5, 1.0])
-    if args.profile is not None:
-        args.profile.mkdir(parents=True, exist_ok=True)
+    intervals = [1.0] if args.smoke else [0.1, 0.5, 1.0]
     if args.bootstrap is None:
         nodes = broker.cluster(1, 9092)
         broker.start(nodes, timeout=120)
         args.bootstrap = broker.bootstrap_servers(nodes)
     timeout = 120 if args.smoke else 3600
-    pairstream, ceiling = asyncio.run(
-        measure(args.bootstrap, events, intervals, timeout, args.profile)
-    )
+    pairstream, ceiling = asyncio.run(measure(args.bootstrap, events, intervals, timeout))
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
-    report = render(command, events, pairstream, ceiling, CEILING_COMMIT_INTERVAL)
-    args.out.write_text(report + kept_notes(args.out))
+    args.out.write_text(render(command, events, pairstream, ceiling, CEILING_COMMIT_INTERVAL))
     print(f"wrote {args.out}")
 
 

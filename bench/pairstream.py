@@ -15,7 +15,6 @@ import aiohttp
 
 from app.kafka_admin import ensure_topics
 from app.settings import Settings
-from bench import profile
 from bench.measure import Samples, cpu_seconds
 from bench.workload import INPUT_PARTITIONS, pre_produce
 from tools.demo import run_settings, start_worker, stop_worker, wait_ready
@@ -29,9 +28,7 @@ class PairstreamResult:
     steady_rate: float  # events/s through both stages, between 10% and 90%
     seconds: float  # worker start to the last event through both stages
     first_through: float | None  # worker start to the first event through both stages
-    events_per_step: float  # pairing stage: keyed records per step (a batch of one partition)
     cpu_seconds: float  # of the worker process
-    profile: profile.Profile | None  # py-spy, from ready to the last event through
 
 
 def free_port() -> int:
@@ -41,26 +38,20 @@ def free_port() -> int:
         return port
 
 
-async def through_pairing(url: str) -> tuple[int, int]:
-    """Keyed events the pairing stage has processed, and in how many steps, per the
-    worker's /stats."""
+async def through_pairing(url: str) -> int:
+    """Keyed events the pairing stage has processed, per the worker's /stats."""
     async with aiohttp.ClientSession() as session, session.get(url) as response:
         stats = await response.json()
     keyed = os.environ["PAIRSTREAM_KEYED_TOPIC"]
-    events = sum(
+    return sum(
         p["counters"]["events_in"]
         for p in stats["partitions"]
         if p["topic"] == keyed and p["role"] == "active"
     )
-    return events, stats["worker"]["steps"].get(keyed, 0)
 
 
 async def run_worker(
-    bootstrap: str,
-    records: list[Record],
-    commit_interval: float,
-    timeout: float,
-    profile_dir: Path | None = None,
+    bootstrap: str, records: list[Record], commit_interval: float, timeout: float
 ) -> PairstreamResult:
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
     port = free_port()
@@ -79,16 +70,12 @@ async def run_worker(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     worker = start_worker(log_path)
     started = time.monotonic()
-    recorder = None
-    raw_profile = None if profile_dir is None else profile_dir / f"{run_id}.txt"
     try:
         await wait_ready(log_path, worker)
-        if raw_profile is not None:
-            recorder = profile.start(worker.pid, raw_profile)
         progress = Samples()
         url = f"http://127.0.0.1:{port}/stats"
         while True:
-            done, steps = await through_pairing(url)
+            done = await through_pairing(url)
             elapsed = time.monotonic() - started
             progress.samples.append((elapsed, done))
             if done >= len(records):
@@ -98,19 +85,12 @@ async def run_worker(
             await asyncio.sleep(0.25)
         cpu = cpu_seconds(worker.pid)
     finally:
-        if recorder is not None:
-            profile.stop(recorder)
         stop_worker(worker)
-    summary = None
-    if raw_profile is not None and raw_profile.exists():
-        summary = profile.summarize(raw_profile.read_text())
     return PairstreamResult(
         commit_interval,
         len(records),
         progress.steady_rate(len(records)),
         progress.samples[-1][0],
         progress.first_at(),
-        done / max(steps, 1),
         cpu,
-        summary,
     )

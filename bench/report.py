@@ -9,7 +9,6 @@ import re
 from datetime import UTC, datetime
 from importlib.metadata import version
 
-from app.settings import Settings
 from bench.ceiling import CeilingResult
 from bench.pairstream import PairstreamResult
 from bench.workload import INPUT_PARTITIONS
@@ -31,25 +30,6 @@ def kafka_version() -> str:
     return found.group(1) if found else "?"
 
 
-def profile_section(result: PairstreamResult) -> list[str]:
-    found = result.profile
-    assert found is not None
-    lines = [
-        "",
-        f"### Where the worker's CPU went (commit interval {result.commit_interval:g} s)",
-        "",
-        f"py-spy, {found.samples:,} samples of the running threads, by the frame executing"
-        " (self time).",
-        "",
-        "| package | share |",
-        "| --- | --- |",
-    ]
-    lines += [f"| {name} | {share:.1%} |" for name, share in found.by_package]
-    lines += ["", "| function | share |", "| --- | --- |"]
-    lines += [f"| {name} | {share:.1%} |" for name, share in found.by_function]
-    return lines
-
-
 def render(
     command: str,
     events: int,
@@ -57,7 +37,6 @@ def render(
     ceiling: list[CeilingResult],
     ceiling_commit_interval: float,
 ) -> str:
-    conf = Settings()
     lines = [
         "# Benchmarks",
         "",
@@ -67,10 +46,6 @@ def render(
         f"- Machine: {machine()}",
         f"- Python {platform.python_version()}, faust-streaming {version('faust-streaming')},"
         f" aiokafka {version('aiokafka')}, Kafka {kafka_version()} (one local KRaft broker)",
-        f"- Worker settings: producer linger {conf.producer_linger_seconds:g} s,"
-        f" fetch {conf.fetch_bytes_per_partition:,} bytes per partition, at most"
-        f" {conf.max_batch_events} events per step, {conf.partitions} keyed partitions;"
-        " logging at `info`.",
         f"- Workload: {events:,} A/B events pre-produced into a {INPUT_PARTITIONS}-partition input"
         " topic under random producer keys; 5% of keys miss a partner, 2% of events are sent"
         " twice (`bench/workload.py`).",
@@ -82,18 +57,15 @@ def render(
         "and 90% of the input. CPU: the worker process, start to end.",
         "",
         "| commit interval (s) | steady events/s | start to last through (s)"
-        " | start to first through (s) | events per pairing step | worker CPU (s) |",
-        "| --- | --- | --- | --- | --- | --- |",
+        " | start to first through (s) | worker CPU (s) |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for r in pairstream:
         first = "-" if r.first_through is None else f"{r.first_through:.1f}"
         lines.append(
             f"| {r.commit_interval:g} | {r.steady_rate:,.0f} | {r.seconds:.1f} | {first}"
-            f" | {r.events_per_step:.1f} | {r.cpu_seconds:.1f} |"
+            f" | {r.cpu_seconds:.1f} |"
         )
-    for r in pairstream:
-        if r.profile is not None:
-            lines += profile_section(r)
     lines += [
         "",
         "## The ceiling: a bare aiokafka consume -> produce loop",

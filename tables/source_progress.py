@@ -9,7 +9,6 @@ outbox), like the pairing state.
 
 from __future__ import annotations
 
-from app import internals
 from app.outbox import Outbox
 from app.settings import settings
 from tables import bytes_table
@@ -26,12 +25,12 @@ def _key(partition: int) -> bytes:
 
 
 def stored_progress(partition: int) -> int | None:
-    raw = internals.partition_store(table, partition).get(_key(partition))
+    raw = table.data.get(_key(partition))
     return None if raw is None else int(raw)
 
 
 def store_progress(partition: int, progress_us: int, outbox: Outbox) -> None:
-    """Locally at once; in the changelog with the outbox's transaction."""
+    """Must be called while processing an event of that input partition."""
     key, value = _key(partition), str(progress_us).encode()
-    internals.partition_store(table, partition).put(key, value)
+    table.data[key] = value
     outbox.send(table.changelog_topic.get_topic_name(), key, value, partition)

@@ -51,23 +51,14 @@ class Processed:
 async def processed(broker: str, tmp: Path, workers: int, seed: int) -> Processed:
     pipeline = await Pipeline(broker, tmp).create_topics()
     records = generate(StreamShape(count=EVENTS, seed=seed))
-    # Already in the topic when the workers start. Produced after, a partition whose
-    # first record lands a moment after the others' is idle at once until then (it
-    # was never written), and this stream's event time runs hundreds of times faster
-    # than the wall clock: the watermark ran minutes ahead, and events came out late.
-    await pipeline.produce(records)
     started = [pipeline.worker(i).start() for i in range(workers)]
-    try:
-        for worker in started:
-            await worker.wait_ready()
-        expected = await pipeline.expected()
-        async with OutputReader(pipeline.conf) as reader:
-            await wait_for_outputs(reader, expected_total(expected), timeout=180)
-            assert reader.total == expected_total(expected)
-    except BaseException:
-        for worker in started:  # else they outlive the test
-            worker.kill()
-        raise
+    for worker in started:
+        await worker.wait_ready()
+    await pipeline.produce(records)
+    expected = await pipeline.expected()
+    async with OutputReader(pipeline.conf) as reader:
+        await wait_for_outputs(reader, expected_total(expected), timeout=180)
+        assert reader.total == expected_total(expected)
     return Processed(pipeline, started, records, expected)
 
 

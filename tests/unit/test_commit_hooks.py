@@ -71,8 +71,8 @@ async def test_caught_up_means_fetched_processed_and_committed(
     assert not await exactly_once.caught_up(app, tp)  # not yet sought to the committed offset
     progress.sought_to_committed(8)
     app.consumer._committed_offset[tp] = 8
-    progress.taken(8)
-    progress.taken(9)
+    progress.processed(8)
+    progress.processed(9)
     assert not await exactly_once.caught_up(app, tp)  # processed, not committed
     app.consumer._committed_offset[tp] = 10
     assert await exactly_once.caught_up(app, tp)

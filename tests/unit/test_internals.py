@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,11 +16,8 @@ from faust.types import TP, Message
 from app import internals
 from app.consumer import ExactlyOnceConsumer, ExactlyOnceConsumerThread, ExactlyOnceProducer
 from app.faust_app import PairstreamApp, app
-from app.outbox import Outbox
 from app.worker import PairstreamWorker
-from pairing.rules import KeyState
-from pairing.watermarks import EventClock
-from tables.pairing_state import PartitionState, table
+from tables.pairing_state import table
 from tests.unit.conftest import Transactions
 
 OURS: list[type] = [
@@ -120,50 +116,3 @@ def test_the_worker_leaves_the_root_logger_at_the_level_asked_for() -> None:
     assert worker.spinner is not None  # faust made one: it would set DEBUG below
     worker.on_setup_root_logger(logger, logging.WARNING)
     assert logger.level == logging.WARNING and len(logger.handlers) == 1
-
-
-def test_partition_store_is_the_database_faust_reads_that_partition_from(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store: Any = table.data
-    partition = 3
-    monkeypatch.setattr(store, "partition_path", lambda p: tmp_path / f"partition-{p}")
-    monkeypatch.setattr(store, "_dbs", {})
-    db = internals.partition_store(table, partition)
-    assert internals.partition_store(table, partition) is db  # opened once
-    db.put(b"key", b"value")
-    # faust finds it there without an event to route by, as the web views read it
-    assert store[b"key"] == b"value"
-    with pytest.raises(KeyError):
-        store[b"other"]
-    db.delete(b"key")
-    assert store.get(b"key") is None
-    # faust keeps the changelog offset it applied in the same database, under its key
-    store.set_persisted_offset(TP(table.changelog_topic.get_topic_name(), partition), 42)
-    assert db.get(store.offset_key) == b"42"
-    db.close()
-
-
-def test_a_partition_s_states_leave_out_faust_s_offset_and_the_clock(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store: Any = table.data
-    monkeypatch.setattr(store, "partition_path", lambda p: tmp_path / f"partition-{p}")
-    monkeypatch.setattr(store, "_dbs", {})
-    state = PartitionState(2, Outbox())
-    state.put("k", KeyState(1_000))
-    state.set_clock(EventClock(sources=1))
-    store.set_persisted_offset(TP(table.changelog_topic.get_topic_name(), 2), 7)
-    assert [key for key, _ in state.items()] == ["k"]
-    internals.partition_store(table, 2).close()
-
-
-def test_read_offsets_are_where_faust_s_consumer_keeps_the_last_record_read() -> None:
-    tp = TP("internals", 5)
-    offsets = internals.read_offsets(app.consumer)
-    assert offsets[tp] is None  # faust's default for a partition not read yet
-    app.consumer._read_offset[tp] = 17
-    try:
-        assert internals.read_offsets(app.consumer)[tp] == 17
-    finally:
-        del app.consumer._read_offset[tp]

@@ -22,7 +22,7 @@ def processed_from(tp: TP, committed: int, offsets: list[int]) -> None:
     progress = offsets_of(tp)
     progress.sought_to_committed(committed)
     for offset in offsets:
-        progress.taken(offset)
+        progress.processed(offset)
         app.consumer._acked[tp].append(offset)
 
 
@@ -40,7 +40,7 @@ async def test_a_record_that_ends_a_gap_is_not_committed_before_it_is_processed(
     tp = TP("keyed", 1)
     processed_from(tp, 10, [10])
     await app.consumer._add_gap(tp, 11, 12)  # record 12 arrives after marker 11
-    offsets_of(tp).taken(13)  # 13 acked while 12 is not
+    offsets_of(tp).processed(13)  # 13 acked while 12 is not
     app.consumer._acked[tp].append(13)
     assert app.consumer._new_offset(tp) == 12
 

@@ -22,7 +22,7 @@ def test_records_from_before_the_seek_cannot_jump_over_skipped_ones() -> None:
     progress.skipped(103)
     for offset in (100, 101, 102, 103):
         assert progress.verdict(offset) is Verdict.PROCESS
-        progress.taken(offset)
+        progress.processed(offset)
     assert progress.unprocessed == set()
 
 
@@ -31,16 +31,16 @@ def test_offsets_never_delivered_are_jumped() -> None:
     progress = Progress()
     progress.sought_to_committed(100)
     assert progress.verdict(101) is Verdict.PROCESS  # 100: the marker after the last commit
-    progress.taken(101)
+    progress.processed(101)
     assert progress.verdict(140) is Verdict.PROCESS  # 102..139: an aborted transaction
-    progress.taken(140)
+    progress.processed(140)
 
 
 def test_a_record_delivered_again_is_not_processed_again() -> None:
     progress = Progress()
     progress.sought_to_committed(100)
-    progress.taken(100)
-    progress.taken(101)
+    progress.processed(100)
+    progress.processed(101)
     assert progress.verdict(101) is Verdict.REDELIVERED
     assert progress.verdict(99) is Verdict.REDELIVERED
 
@@ -51,7 +51,7 @@ def test_a_later_seek_to_the_committed_offset_does_not_reprocess() -> None:
     progress = Progress()
     progress.sought_to_committed(100)
     for offset in range(100, 110):
-        progress.taken(offset)
+        progress.processed(offset)
     progress.sought_to_committed(100)
     assert progress.verdict(105) is Verdict.REDELIVERED
     assert progress.verdict(110) is Verdict.PROCESS
@@ -70,7 +70,7 @@ def test_only_the_first_record_after_a_seek_is_checked_for_a_jump() -> None:
     assert not progress.jumps_from_seek(100)
     assert not progress.jumps_from_seek(101)  # the marker the last commit left
     assert progress.jumps_from_seek(130)  # records thrown away unseen, or an aborted run
-    progress.taken(130)
+    progress.processed(130)
     assert not progress.jumps_from_seek(160)  # mid-stream gaps are markers and aborts
     progress.sought_to_committed(100)
     assert progress.jumps_from_seek(170)

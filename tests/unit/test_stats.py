@@ -26,16 +26,7 @@ def test_throughput_forgets_seconds_older_than_its_span() -> None:
 def test_processed_events_add_to_their_partition() -> None:
     stats = Stats()
     tp = TP("events", 0)
-    stats.processed(tp, Counter(events_in=1, valid=1), 1, 10.0)
-    stats.processed(tp, Counter(events_in=1, dead_lettered=1), 1, 10.5)
+    stats.processed(tp, Counter(events_in=1, valid=1), 10.0)
+    stats.processed(tp, Counter(events_in=1, dead_lettered=1), 10.5)
     assert stats.partitions[tp] == Counter(events_in=2, valid=1, dead_lettered=1)
     assert stats.throughput["events"].rate(1, 11.0) == 2
-
-
-def test_steps_count_batches_and_throughput_counts_their_events() -> None:
-    stats = Stats()
-    tp = TP("events", 0)
-    stats.processed(tp, Counter(events_in=3), 3, 10.0)
-    stats.processed(tp, Counter(events_in=2), 2, 10.5)
-    assert stats.steps["events"] == 2
-    assert stats.throughput["events"].rate(1, 11.0) == 5
