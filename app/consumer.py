@@ -68,6 +68,10 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
             if result:
                 moved = [tp for tp in tps if internals.committed_offset(self, tp) != before[tp]]
                 self.tasks.stats.committed(moved, time.time())
+                if moved and self.tasks.commit_listeners:
+                    offsets = {tp: internals.committed_offset(self, tp) or 0 for tp in moved}
+                    for listener in self.tasks.commit_listeners:
+                        listener(offsets)
             return result
 
     async def _commit_offsets(
@@ -119,6 +123,8 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         if self.in_transaction and revoked and not self.should_stop:
             await self.force_commit(revoked)
             await self._retire_transaction_producers(revoked)
+        for hook in self.tasks.revoke_hooks:
+            await hook(revoked)
         self.tasks.revoked(revoked)
         self._resume_after_seek -= revoked
         self._resume_with_flow -= revoked

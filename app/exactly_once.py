@@ -44,7 +44,8 @@ async def events_once(app: PairstreamApp, stream: Any) -> AsyncIterator[EventT[A
       * a record delivered while an earlier delivered one is still unprocessed, or the
         first after a seek when committed records it leaves out were never delivered
         (`_check_jump`): the partition is sought back to the first unprocessed offset.
-    The agent's body must not await before `exactly_once` takes its lock.
+    The agent's body must not await before `exactly_once` takes its lock; an agent that
+    must await first (delivery) checks `still_current` after it.
     """
     tasks = app.partition_tasks
     consumer: Any = app.consumer
@@ -79,6 +80,20 @@ async def events_once(app: PairstreamApp, stream: Any) -> AsyncIterator[EventT[A
         log.warning("skipped %s record %s@%d", reason, tp, message.offset)
         tasks.stats.count(f"skipped_{reason}")
         internals.forget_unacked(consumer, message)
+
+
+def still_current(app: PairstreamApp, event: EventT[Any], task: PartitionTask) -> bool:
+    """After an agent awaited between receiving `event` and its step: whether the event
+    still belongs to this assignment. If not, it is skipped as `events_once` skips
+    records of an assignment given up (the next one consumes it again)."""
+    tasks = app.partition_tasks
+    message = event.message
+    if not tasks.closing and tasks.get(message.tp) is task:
+        return True
+    log.warning("skipped record %s@%d: its assignment ended meanwhile", message.tp, message.offset)
+    tasks.stats.count("skipped_closing")
+    internals.forget_unacked(app.consumer, message)
+    return False
 
 
 async def _check_jump(tp: TP, offsets: Progress, offset: int) -> Verdict:

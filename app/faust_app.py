@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import faust
 
@@ -11,14 +11,18 @@ from app.partition_tasks import PartitionTasks
 from app.settings import settings
 from app.worker import PairstreamWorker
 
+if TYPE_CHECKING:
+    from app.delivery import Dispatcher
+
 
 class PairstreamApp(faust.App):
     """faust.App with a transport whose commits never split an event (app/consumer.py),
-    and the registry of this worker's partition tasks."""
+    the registry of this worker's partition tasks, and the delivery dispatcher."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.partition_tasks = PartitionTasks()
+        self.delivery: Dispatcher | None = None  # set by agents/delivery.py when enabled
 
     def _new_transport(self) -> Any:
         return ExactlyOnceTransport(self.conf.broker_consumer, self)

@@ -16,13 +16,23 @@ from app.settings import Settings
 
 
 def topic_partitions(conf: Settings) -> dict[str, int]:
-    return {
+    topics = {
         conf.events_topic: conf.events_partitions,
         conf.keyed_topic: conf.partitions,
         conf.pairs_topic: conf.partitions,
         conf.unpaired_topic: conf.partitions,
         conf.dead_letter_topic: conf.partitions,
     }
+    if conf.delivery_enabled:
+        for name in (
+            conf.delivery_source,
+            conf.delivery_by_id_topic,
+            conf.delivery_log_topic,
+            conf.delivery_dead_letter_topic,
+            conf.delivery_uncertain_topic,
+        ):
+            topics.setdefault(name, conf.partitions)
+    return topics
 
 
 class InputPartitionsMismatch(RuntimeError):
@@ -75,6 +85,13 @@ async def read_committed(conf: Settings) -> AsyncIterator[AIOKafkaConsumer]:
         yield consumer
     finally:
         await consumer.stop()
+
+
+async def end_offsets(conf: Settings, tps: list[TP]) -> dict[TP, int]:
+    """Each partition's last stable offset, asked of the broker."""
+    async with read_committed(conf) as consumer:
+        ends = await consumer.end_offsets([TopicPartition(tp.topic, tp.partition) for tp in tps])
+    return {TP(tp.topic, tp.partition): offset for tp, offset in ends.items()}
 
 
 async def committed_records_between(conf: Settings, tp: TP, first: int, last: int) -> bool:

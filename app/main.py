@@ -3,5 +3,9 @@
 from agents import ingest, pairing
 from app import local_state, web
 from app.faust_app import app
+from app.settings import settings
+
+if settings().delivery_enabled:
+    from agents import delivery  # noqa: F401  (registers its agents)
 
 __all__ = ["app", "ingest", "local_state", "pairing", "web"]

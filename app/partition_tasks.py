@@ -11,7 +11,7 @@ rebalance or stop, the commit hooks, and the worker's stats.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
 from faust.types import TP
@@ -63,6 +63,10 @@ class PartitionTasks:
         # Per input topic: the records each of its partitions adds to its transaction
         # just before a commit (ingest: the partition's event-time progress).
         self.commit_hooks: dict[str, Callable[[PartitionTask], list[Record]]] = {}
+        # Told after each commit which offsets it committed (delivery waits for them).
+        self.commit_listeners: list[Callable[[dict[TP, int]], None]] = []
+        # Awaited on revocation, after the last commit and before the tasks go.
+        self.revoke_hooks: list[Callable[[set[TP]], Awaitable[None]]] = []
         self.stats = Stats()
 
     def assigned(self, tps: set[TP]) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pairing.rules import MICROS, PairingConfig
@@ -84,6 +85,66 @@ class Settings(BaseSettings):
         False, description="also serve faust's raw table dumps (/table), graph and sensor pages"
     )
 
+    # Delivery of a topic's records to a third-party HTTP API (docs/delivery.md)
+    delivery_enabled: bool = Field(False, description="run the delivery agent")
+    delivery_topic: str | None = Field(
+        None, description="records to deliver; default the pairs topic"
+    )
+    delivery_dead_letter_topic: str = Field(
+        "deliveries.dlq", description="messages the API rejected (4xx) or that ran out of time"
+    )
+    delivery_uncertain_topic: str = Field(
+        "deliveries.uncertain", description="parked messages the API may or may not have"
+    )
+    delivery_url: str = Field(
+        "http://127.0.0.1:8080/orders", description="each record is POSTed here as the body"
+    )
+    delivery_status_url: str | None = Field(
+        None,
+        description="the API's status lookup by idempotency key, `{key}` in it (GET: 200 = it"
+        " has the order, 404 = it never got it); none if the API offers no lookup",
+    )
+    delivery_headers: dict[str, str] = Field(
+        default_factory=dict, description="extra request headers, as JSON"
+    )
+    delivery_authorization: SecretStr | None = Field(
+        None, description="Authorization header value; never logged or shown"
+    )
+    delivery_idempotency_header: str = Field(
+        "Idempotency-Key", description="request header carrying the message's idempotency key"
+    )
+    delivery_id_field: str = Field(
+        "id", description="JSON field holding a message's identity; else a fingerprint"
+    )
+    delivery_uncertain: Literal["resend", "park"] = Field(
+        "park",
+        description="an uncertain message (maybe received) when the API has no lookup: send"
+        " again (at-least-once for it) or park it on the uncertain topic for a person",
+    )
+    delivery_timeout_seconds: float = Field(10.0, gt=0, description="per HTTP call")
+    delivery_deadline_seconds: float = Field(
+        600.0,
+        gt=0,
+        description="a message still failing this long after its first call is dead-lettered",
+    )
+    delivery_backoff_seconds: float = Field(0.5, gt=0, description="first retry delay")
+    delivery_backoff_max_seconds: float = Field(30.0, gt=0, description="longest retry delay")
+    delivery_max_in_flight: int = Field(
+        32, ge=1, description="HTTP calls in flight per worker; also caps each partition's queue"
+    )
+    delivery_retention_seconds: float = Field(
+        7 * 24 * 3600.0,
+        gt=0,
+        description="how long (by record timestamp) a delivered message is remembered, so"
+        " an upstream duplicate is dropped",
+    )
+    delivery_crash_after_calls: int | None = Field(
+        None,
+        ge=1,
+        description="testing only: exit (as SIGKILL would) after this many calls,"
+        " between a call's answer and the recording of its outcome",
+    )
+
     # Analytics (Spark jobs)
     lake_dir: Path = Field(ROOT / ".run" / "lake", description="Delta tables and checkpoints")
     spark_master: str = Field("local[*]", description="local[*], or spark://host:port")
@@ -104,6 +165,20 @@ class Settings(BaseSettings):
             max_wait_s=self.max_wait_seconds or self.expiry_seconds,
             dedup_retention_us=int(self.dedup_retention_seconds * MICROS),
         )
+
+    @property
+    def delivery_source(self) -> str:
+        return self.delivery_topic or self.pairs_topic
+
+    @property
+    def delivery_by_id_topic(self) -> str:
+        """The delivery input re-keyed by message identity (internal)."""
+        return f"{self.app_id}-deliveries-by-id"
+
+    @property
+    def delivery_log_topic(self) -> str:
+        """Attempts and outcomes of calls, applied to the store (internal)."""
+        return f"{self.app_id}-deliveries-log"
 
     @property
     def bootstrap_servers(self) -> str:
