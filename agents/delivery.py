@@ -210,13 +210,15 @@ def resume(deliveries: PartitionDeliveries) -> None:
 async def open_partition(partition: int) -> None:
     """Make a store partition this worker's in the dispatcher: nothing of it is called
     until the delivery log is consumed to where it ends now."""
+    tasks = app.partition_tasks
     async with dispatcher.opening(partition):
-        if dispatcher.partition(partition) is not None:
+        await tasks.restored.wait()  # the store must be restored before it is scanned
+        if dispatcher.partition(partition) is not None or tasks.closing:
             return
         log_tp = TP(LOG, partition)
         ends = await end_offsets(conf, [log_tp])
         deliveries = dispatcher.open(partition, ends[log_tp])
-        log_task = app.partition_tasks.get(log_tp)
+        log_task = tasks.get(log_tp)
         consumed = None if log_task is None else log_task.offsets.next
         if consumed is not None and dispatcher.log_consumed(partition, consumed):
             resume(deliveries)
@@ -226,7 +228,7 @@ async def open_partition(partition: int) -> None:
 async def catch_up() -> None:
     """Partitions whose delivery log has nothing left to consume are caught up (no log
     step would say so)."""
-    if app.in_recovery:
+    if app.in_recovery or not app.partition_tasks.restored.is_set():
         return
     for task in app.partition_tasks:
         tp = task.tp

@@ -106,8 +106,8 @@ async def declare_idle_partitions() -> None:
     """Input partitions assigned here that are caught up and quiet stop holding the
     watermark back. Sent outside any transaction: an idle partition has everything
     it processed committed, and claims no progress beyond that."""
-    if app.in_recovery:
-        return
+    if app.in_recovery or not app.partition_tasks.restored.is_set():
+        return  # the stored progress may not be restored yet
     now = time.time()
     for task in app.partition_tasks:
         tp = task.tp

@@ -105,6 +105,8 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         # On stop faust commits and ends the transactions, then later commits
         # again; a step acked in between would meet a producer with no transaction.
         await self._close_steps()
+        for hook in self.tasks.revoke_hooks:
+            await hook(set(self.assignment()))  # delivery: let calls in flight be logged
         try:
             await super().commit_and_end_transactions()
         except IllegalOperation as exc:

@@ -69,3 +69,8 @@ def create_app() -> PairstreamApp:
 
 
 app = create_app()
+
+
+@app.on_rebalance_complete.connect
+def _tables_restored(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+    app.partition_tasks.restored.set()

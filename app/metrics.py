@@ -13,7 +13,12 @@ from typing import Any
 from faust.sensors.prometheus import setup_prometheus_sensors
 from faust.types import AppT
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from app.worker_status import worker_status
@@ -63,14 +68,14 @@ class WorkerCollector(Collector):
             for window, rate in rates.items():
                 throughput.add_metric([topic, window], rate)
         yield throughput
-        skipped = CounterMetricFamily(
+        yield _counters(
             "pairstream_skipped_records",
             "Records not processed, to be consumed again (see docs/exactly-once.md)",
-            labels=["reason"],
+            "reason",
+            {name.removeprefix("skipped_"): n for name, n in worker["skipped"].items()},
         )
-        for name, count in worker["skipped"].items():
-            skipped.add_metric([name.removeprefix("skipped_")], count)
-        yield skipped
+        if "delivery" in status:
+            yield from _delivery_metrics(status["delivery"])
 
 
 def _partition_metrics(partitions: list[dict[str, Any]]) -> Iterator[Metric]:
@@ -112,6 +117,44 @@ def _partition_metrics(partitions: list[dict[str, Any]]) -> Iterator[Metric]:
                     [str(entry["partition"])], value
                 )
     yield from families.values()
+
+
+def _counters(name: str, help_text: str, label: str, counts: dict[str, int]) -> Metric:
+    family = CounterMetricFamily(name, help_text, labels=[label])
+    for value, count in sorted(counts.items()):
+        family.add_metric([value], count)
+    return family
+
+
+def _delivery_metrics(delivery: dict[str, Any]) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "pairstream_delivery_in_flight", "HTTP calls in flight", value=delivery["in_flight"]
+    )
+    yield GaugeMetricFamily(
+        "pairstream_delivery_waiting",
+        "Messages not yet final and not in flight: awaiting their commit, a slot or a retry",
+        value=delivery["waiting"],
+    )
+    yield _counters(
+        "pairstream_delivery_calls",
+        "What the dispatcher did: calls, retried, uncertain, lookups, resumed, outcomes",
+        "event",
+        delivery["counts"],
+    )
+    yield _counters(
+        "pairstream_delivery_messages",
+        "Messages as the delivery steps recorded them (once per record)",
+        "outcome",
+        delivery["recorded"],
+    )
+    latency = delivery["latency"]
+    buckets = [(str(bound), count) for bound, count in latency["buckets"].items()]
+    yield HistogramMetricFamily(
+        "pairstream_delivery_call_seconds",
+        "Duration of HTTP calls to the API",
+        buckets=[*buckets, ("+Inf", latency["count"])],
+        sum_value=latency["sum"],
+    )
 
 
 def setup_metrics(app: AppT) -> None:

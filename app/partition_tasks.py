@@ -68,15 +68,20 @@ class PartitionTasks:
         # Awaited on revocation, after the last commit and before the tasks go.
         self.revoke_hooks: list[Callable[[set[TP]], Awaitable[None]]] = []
         self.stats = Stats()
+        # Set once the tables of the current assignment are restored (faust's rebalance
+        # complete); until then a table read outside a step may see old or no state.
+        self.restored = asyncio.Event()
 
     def assigned(self, tps: set[TP]) -> None:
         self.closing = False
+        self.restored.clear()
         for tp in tps:
             self._by_tp.setdefault(tp, PartitionTask(tp))
 
     def revoked(self, tps: set[TP]) -> None:
         # A new assignment starts from the committed offset; anything after it that
         # was not committed was aborted, and must be processed again.
+        self.restored.clear()
         for tp in tps:
             self._by_tp.pop(tp, None)
 

@@ -35,13 +35,24 @@ COUNTERS = {
 # events_in repeats the valid events, so it is left out).
 TOTALS = {name: topic for topic, names in reversed(COUNTERS.items()) for name in names}
 THROUGHPUT_WINDOWS = (1, 10, 60)
+# What delivery's steps count, exactly once per record (agents/delivery.py).
+DELIVERY_RECORDED = (
+    "orders",
+    "invalid",
+    "accepted",
+    "duplicates",
+    "delivered",
+    "dead",
+    "parked",
+    "forgotten",
+)
 
 
 def worker_status() -> dict[str, Any]:
     now = time.time()
     stats = app.partition_tasks.stats
     partitions = [*_active_partitions(now), *_standby_partitions()]
-    return {
+    status = {
         "worker": {
             "url": str(app.conf.canonical_url),
             "uptime_seconds": round(now - stats.started_at, 3),
@@ -56,6 +67,23 @@ def worker_status() -> dict[str, Any]:
         },
         "totals": totals(partitions),
         "partitions": partitions,
+    }
+    if app.delivery is not None:
+        status["delivery"] = delivery_status()
+    return status
+
+
+def delivery_status() -> dict[str, Any]:
+    """The dispatcher's calls and window, and what the delivery steps recorded."""
+    assert app.delivery is not None
+    topics = {conf.delivery_source, conf.delivery_by_id_topic, conf.delivery_log_topic}
+    recorded: Counter[str] = Counter()
+    for tp, counts in app.partition_tasks.stats.partitions.items():
+        if tp.topic in topics:
+            recorded.update(counts)
+    return {
+        **app.delivery.status(),
+        "recorded": {name: recorded[name] for name in DELIVERY_RECORDED},
     }
 
 

@@ -9,6 +9,7 @@ POST /orders applies the order it is sent (the body) and answers 201, unless tol
   * `delay`: seconds before each answer;
   * `crash_share`: that share of calls is applied and then the connection is dropped
     with no answer, as a server that crashes after committing;
+  * `stuck`: orders whose body contains this text are always answered 503;
   * an order whose JSON has `"reject": true` is answered 422, not applied.
 GET /orders/status/{key} (only with `lookup`): 200 if an order with that key was
 applied, 404 if not. GET /calls: what it received (counts per order and per key).
@@ -27,6 +28,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tools.generate import Record
+
 KEY_HEADER = "Idempotency-Key"
 
 
@@ -37,6 +40,7 @@ class Behaviour:
     fail_share: float = 0.0
     delay: float = 0.0
     crash_share: float = 0.0
+    stuck: str = ""  # orders whose body contains this are always answered 503
 
 
 class OrderApi:
@@ -46,6 +50,7 @@ class OrderApi:
         self.applied: Counter[str] = Counter()  # times each order (its body) was applied
         self.applied_keys: Counter[str] = Counter()  # the same, by idempotency key
         self.calls: Counter[str] = Counter()  # by what happened: applied, replayed, ...
+        self.authorizations: Counter[str] = Counter()  # Authorization headers received
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -81,9 +86,11 @@ class OrderApi:
         behaviour = self.behaviour
         body = await request.read()
         key = request.headers.get(KEY_HEADER, "")
+        self.authorizations[request.headers.get("Authorization", "")] += 1
         if behaviour.delay:
             await asyncio.sleep(behaviour.delay)
-        if behaviour.fail_share and self._random.random() < behaviour.fail_share:
+        stuck = behaviour.stuck and behaviour.stuck.encode() in body
+        if stuck or (behaviour.fail_share and self._random.random() < behaviour.fail_share):
             self.calls["failed"] += 1
             return web.json_response(
                 {"error": "unavailable"}, status=503, headers={"Retry-After": "0"}
@@ -140,12 +147,12 @@ class OrderApi:
 
 def generate_orders(
     count: int, seed: int, duplicates: float = 0.02, without_id: float = 0.05, rejected: float = 0.0
-) -> list[tuple[bytes | None, bytes]]:
+) -> list[Record]:
     """Orders as an upstream produces them: keyed by customer, by nothing, or at random;
     some without an id (identified by their bytes), some sent twice (the copy under
     another key), some that the API rejects."""
     rng = random.Random(seed)
-    records: list[tuple[bytes | None, bytes]] = []
+    records: list[Record] = []
     for n in range(count):
         order: dict[str, Any] = {
             "customer": f"c{rng.randrange(500)}",

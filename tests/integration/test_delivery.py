@@ -14,17 +14,28 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from pairing.delivery import decode_entry
-from tests.integration.harness import Pipeline, Worker, read_partitions, stop_workers
-from tools.generate import produce
+from tests.integration.harness import (
+    Pipeline,
+    Worker,
+    compare,
+    expected_total,
+    read_partitions,
+    stop_workers,
+    wait_for_outputs,
+)
+from tools.generate import Record, StreamShape, generate, produce
 from tools.order_api import Behaviour, OrderApi, generate_orders
+from tools.read_outputs import OutputReader
 
 pytestmark = pytest.mark.broker
 
@@ -59,8 +70,8 @@ def delivery_pipeline(broker: str, tmp: Path, api: OrderApi, **overrides: str) -
     return pipeline
 
 
-def distinct(records: list[tuple[bytes | None, bytes]]) -> set[str]:
-    return {value.decode() for _, value in records}
+def distinct(records: list[Record]) -> set[str]:
+    return {value.decode() for _, value in records if value}
 
 
 @dataclass
@@ -110,121 +121,264 @@ async def until_final(
         await asyncio.sleep(2)  # polling the changelog
 
 
-async def kill_at_random(
-    worker: Worker, api: OrderApi, total: int, kills: int, rng: random.Random
-) -> None:
-    """SIGKILL the worker `kills` times at random points while the API receives orders,
-    starting it again at once."""
-    points = sorted(rng.uniform(0.1, 0.9) * total for _ in range(kills))
-    for point in points:
-        while sum(api.applied.values()) < point:
+Orders = list[Record]
+IN_MAKE_TEST = ("lookup", "neither-resend")  # make delivery runs every mode, 10,000 orders
+Faults = Callable[[Pipeline, OrderApi, list[Worker], random.Random], Awaitable[None]]
+
+# The API's behaviour and the worker's settings in each mode of docs/delivery.md.
+MODES: dict[str, tuple[Behaviour, dict[str, str]]] = {
+    "lookup": (Behaviour(lookup=True), {}),
+    "keys": (Behaviour(honour_keys=True), {"PAIRSTREAM_DELIVERY_UNCERTAIN": "resend"}),
+    "neither-resend": (Behaviour(), {"PAIRSTREAM_DELIVERY_UNCERTAIN": "resend"}),
+    "neither-park": (Behaviour(), {}),
+}
+
+
+async def produce_orders(pipeline: Pipeline, records: Orders, rate: float = 0) -> None:
+    conf = pipeline.conf
+    await produce(records, conf.bootstrap_servers, conf.delivery_source, rate, False)
+
+
+async def when_applied(api: OrderApi, workers: list[Worker], count: float) -> None:
+    while sum(api.applied.values()) < count:
+        for worker in workers:
             worker.restart_if_exited()
-            await asyncio.sleep(rng.uniform(0.05, 0.3))  # polling the API's progress
+        await asyncio.sleep(0.1)  # polling the API's progress
+
+
+async def kills(
+    pipeline: Pipeline, api: OrderApi, workers: list[Worker], rng: random.Random
+) -> None:
+    """The test hook kills the first run right after a call is answered, before its
+    outcome is recorded; then SIGKILL at KILLS random points, each restarted at once."""
+    [worker] = workers
+    pipeline.env_vars["PAIRSTREAM_DELIVERY_CRASH_AFTER_CALLS"] = str(ORDERS // 10)
+    worker.start()
+    del pipeline.env_vars["PAIRSTREAM_DELIVERY_CRASH_AFTER_CALLS"]
+    while worker.running:
+        await asyncio.sleep(0.2)  # until the hook kills it
+    worker.start()
+    for point in sorted(rng.uniform(0.15, 0.9) * ORDERS for _ in range(KILLS)):
+        await when_applied(api, workers, point)
+        await asyncio.sleep(rng.uniform(0, 0.5))
         worker.kill()
         worker.start()
 
 
-async def deliver_through_kills(
-    broker: str, tmp: Path, api: OrderApi, seed: int, **overrides: str
+async def rebalance(
+    pipeline: Pipeline, api: OrderApi, workers: list[Worker], rng: random.Random
+) -> None:
+    """One worker; a second one joins at 30%, delivers, and leaves (SIGTERM) at 65% or
+    later."""
+    first, second = workers
+    first.start()
+    await when_applied(api, [first], 0.3 * ORDERS)
+    second.start()
+    await second.wait_ready()
+    async with asyncio.timeout(120):
+        while (await delivery_stats(second))["counts"].get("calls", 0) == 0:
+            await asyncio.sleep(0.5)  # until the second worker has called the API
+    await when_applied(api, workers, 0.65 * ORDERS)
+    second.stop()
+    assert second.forced_stops == 0, second.log()[-3000:]
+
+
+async def delivery_stats(worker: Worker) -> dict[str, Any]:
+    """The worker's /stats delivery section (no counts while it does not answer)."""
+    url = f"http://127.0.0.1:{worker.web_port}/stats"
+    try:
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            delivery: dict[str, Any] = (await response.json())["delivery"]
+            return delivery
+    except (aiohttp.ClientError, KeyError):
+        return {"counts": {}}
+
+
+async def deliver(
+    broker: str,
+    tmp: Path,
+    api: OrderApi,
+    mode: str,
+    faults: Faults,
+    workers: int,
+    seed: int,
+    rate: float = 500,
 ) -> tuple[set[str], Recorded, Pipeline]:
+    """ORDERS orders, half in the topic before the first worker starts and half produced
+    at `rate` while `faults` strike; then checked against the mode's guarantees."""
+    behaviour, settings = MODES[mode]
+    api.behaviour = replace(behaviour)
     records = generate_orders(ORDERS, seed)
-    pipeline = delivery_pipeline(broker, tmp, api, **overrides)
+    pipeline = delivery_pipeline(broker, tmp, api, **settings)
     await pipeline.create_topics()
-    # Half is in the topic before the worker starts.
-    await produce(
-        records[: len(records) // 2],
-        pipeline.conf.bootstrap_servers,
-        pipeline.conf.pairs_topic,
-        0,
-        False,
-    )
-    worker = pipeline.worker()
-    # The first run kills itself right after a call is answered, before its outcome is
-    # recorded: that message is uncertain for sure.
-    pipeline.env_vars["PAIRSTREAM_DELIVERY_CRASH_AFTER_CALLS"] = str(ORDERS // 10)
-    worker.start()
-    await worker.wait_ready()
-    del pipeline.env_vars["PAIRSTREAM_DELIVERY_CRASH_AFTER_CALLS"]
+    await produce_orders(pipeline, records[: len(records) // 2])  # waiting when a worker starts
+    started = [pipeline.worker(i) for i in range(workers)]
     try:
         producing = asyncio.create_task(
-            produce(
-                records[len(records) // 2 :],
-                pipeline.conf.bootstrap_servers,
-                pipeline.conf.pairs_topic,
-                500,
-                False,
-            )
+            produce_orders(pipeline, records[len(records) // 2 :], rate)
         )
-        while worker.running:
-            await asyncio.sleep(0.2)  # the hook kills it
-        worker.start()
-        await kill_at_random(worker, api, ORDERS, KILLS, random.Random(seed))
+        await faults(pipeline, api, started, random.Random(seed))
         await producing
-        store = await until_final(pipeline, len(distinct(records)), [worker], 600)
+        store = await until_final(pipeline, len(distinct(records)), started, 600)
     finally:
-        await stop_workers([worker])
-    assert worker.unplanned_restarts == 0, worker.log()[-3000:]
+        await stop_workers(started)
+    for worker in started:
+        assert worker.unplanned_restarts == 0, worker.log()[-3000:]
+    orders = distinct(records)
     print(
-        f"\n{len(distinct(records))} orders; API: {api.summary()}; store: {dict(store.status())},"
-        f" uncertain {store.uncertain}"
+        f"\n[{mode}, {faults.__name__}] {len(orders)} orders; API: {api.summary()};"
+        f" store: {dict(store.status())}, uncertain {store.uncertain}"
     )
-    return distinct(records), store, pipeline
+    check(mode, orders, store, api, await parked(pipeline))
+    return orders, store, pipeline
 
 
-async def test_with_status_lookup_every_order_arrives_exactly_once(
-    broker: str, tmp_path: Path, api: OrderApi
-) -> None:
-    api.behaviour = Behaviour(lookup=True)
-    orders, store, _ = await deliver_through_kills(broker, tmp_path, api, seed=1)
-    assert set(api.applied) == orders
-    assert max(api.applied.values()) == 1, api.summary()
-    assert store.status() == Counter({"delivered": len(orders)})
-    assert store.uncertain >= 1  # the hook's crash at least
-    assert api.calls["lookups"] >= 1
-
-
-async def test_with_idempotency_keys_every_order_is_applied_once(
-    broker: str, tmp_path: Path, api: OrderApi
-) -> None:
-    api.behaviour = Behaviour(honour_keys=True)
-    orders, store, _ = await deliver_through_kills(
-        broker, tmp_path, api, seed=2, PAIRSTREAM_DELIVERY_UNCERTAIN="resend"
-    )
-    assert set(api.applied) == orders
-    assert max(api.applied.values()) == 1, api.summary()
-    assert store.status() == Counter({"delivered": len(orders)})
-    assert api.calls["replayed"] >= 1  # an uncertain one was sent again, and not applied
-
-
-async def test_with_neither_duplicates_equal_uncertain_messages(
-    broker: str, tmp_path: Path, api: OrderApi
-) -> None:
-    orders, store, _ = await deliver_through_kills(
-        broker, tmp_path, api, seed=3, PAIRSTREAM_DELIVERY_UNCERTAIN="resend"
-    )
-    assert set(api.applied) == orders  # none lost
-    duplicates = sum(n - 1 for n in api.applied.values())
-    print(f"\nneither lookup nor keys: {duplicates} duplicates, {store.uncertain} uncertain")
-    # Every duplicate is a message the store knew to be uncertain. The converse has a
-    # window (docs/delivery.md): an attempt durable on the log whose request had not
-    # left the worker when it was killed is uncertain and arrives once.
-    assert 1 <= duplicates <= store.uncertain
-
-
-async def test_parked_uncertain_messages_are_not_sent_again(
-    broker: str, tmp_path: Path, api: OrderApi
-) -> None:
-    orders, store, pipeline = await deliver_through_kills(broker, tmp_path, api, seed=4)
-    assert max(api.applied.values()) == 1, api.summary()
-    statuses = store.status()
-    assert statuses["parked"] == store.uncertain >= 1
-    assert statuses["delivered"] + statuses["parked"] == len(orders)
+async def parked(pipeline: Pipeline) -> set[str]:
     topic = pipeline.conf.delivery_uncertain_topic
-    parked = {
+    return {
         json.loads(v)["value"]
         for p in await read_partitions(pipeline.conf, topic)
         for _, v in p
         if v
     }
-    assert len(parked) == statuses["parked"]
-    assert set(api.applied) | parked == orders  # none lost: each delivered, or parked for a person
+
+
+def check(mode: str, orders: set[str], store: Recorded, api: OrderApi, parked: set[str]) -> None:
+    statuses = store.status()
+    duplicates = sum(n - 1 for n in api.applied.values())
+    if mode == "neither-park":
+        assert duplicates == 0, api.summary()
+        assert len(parked) == statuses["parked"] == store.uncertain
+        assert statuses["delivered"] + statuses["parked"] == len(orders)
+        assert set(api.applied) | parked == orders  # none lost: delivered, or parked for a person
+        return
+    assert set(api.applied) == orders  # none lost
+    assert statuses == Counter({"delivered": len(orders)})
+    assert not parked
+    if mode == "neither-resend":
+        # Every duplicate is a message the store knew to be uncertain. The converse has a
+        # window (docs/delivery.md): an attempt durable on the log whose request had not
+        # left the worker when it was killed is uncertain and arrives once.
+        assert duplicates <= store.uncertain
+    else:
+        assert duplicates == 0, api.summary()
+
+
+@pytest.mark.parametrize(
+    "mode", [m if m in IN_MAKE_TEST else pytest.param(m, marks=pytest.mark.long) for m in MODES]
+)
+async def test_orders_through_kills(broker: str, tmp_path: Path, api: OrderApi, mode: str) -> None:
+    _, store, _ = await deliver(broker, tmp_path, api, mode, kills, 1, seed=len(mode))
+    assert store.uncertain >= 1  # the hook's crash at least
+    if mode == "lookup":
+        assert api.calls["lookups"] >= 1
+    if mode == "keys":
+        assert api.calls["replayed"] >= 1  # an uncertain one sent again, and not applied
+
+
+@pytest.mark.parametrize(
+    "mode", [m if m in IN_MAKE_TEST else pytest.param(m, marks=pytest.mark.long) for m in MODES]
+)
+async def test_orders_through_a_rebalance(
+    broker: str, tmp_path: Path, api: OrderApi, mode: str
+) -> None:
+    # Produced over about 40 s, so that orders flow through both rebalances.
+    rate = ORDERS / 2 / 40
+    await deliver(broker, tmp_path, api, mode, rebalance, 2, seed=10 + len(mode), rate=rate)
+
+
+SECRET = "Bearer s3cret-token-0451"
+
+
+async def test_a_failing_slow_api_holds_up_nothing_else_and_the_counters_add_up(
+    broker: str, tmp_path: Path, api: OrderApi
+) -> None:
+    """20% of calls answered 503, each call 200 ms; five orders the API never takes
+    (dead-lettered at their deadline), 2% rejected (422), three invalid records. Pairing
+    runs beside it on its own input."""
+    api.behaviour = Behaviour(fail_share=0.2, delay=0.2, stuck="stuck-customer")
+    orders = generate_orders(1000, seed=21, rejected=0.02)
+    stuck: Orders = [
+        (b"s", json.dumps({"id": f"stuck-{n}", "customer": "stuck-customer"}).encode())
+        for n in range(5)
+    ]
+    invalid: Orders = [(b"bad", b"not json"), (None, b""), (b"list", b"[1, 2]")]
+    records = stuck + orders[:500] + invalid + orders[500:]
+    pipeline = delivery_pipeline(
+        broker,
+        tmp_path,
+        api,
+        PAIRSTREAM_DELIVERY_DEADLINE_SECONDS="40",
+        PAIRSTREAM_DELIVERY_AUTHORIZATION=SECRET,
+    )
+    pipeline.env_vars["PAIRSTREAM_DELIVERY_TOPIC"] = f"{pipeline.conf.app_id}-orders"
+    fields = {k.removeprefix("PAIRSTREAM_").lower(): v for k, v in pipeline.env_vars.items()}
+    pipeline.conf = type(pipeline.conf)(**fields)  # type: ignore[arg-type]
+    await pipeline.create_topics()
+    events = generate(StreamShape(count=2000, seed=22))
+    worker = pipeline.worker().start()
+    try:
+        await worker.wait_ready()
+        await produce_orders(pipeline, records)
+        await pipeline.produce(events)
+        expected = await pipeline.expected()
+        async with OutputReader(pipeline.conf) as reader:
+            outputs = await wait_for_outputs(reader, expected_total(expected), 300)
+        # Pairing has finished while the stuck orders are still being retried.
+        assert compare(outputs, expected) == {}
+        waiting = (await recorded(pipeline)).entries
+        assert all(waiting[f"id:stuck-{n}"]["s"] in ("queued", "calling") for n in range(5))
+        accepted = distinct(stuck + orders)
+        store = await until_final(pipeline, len(accepted), [worker], 300)
+        stats = await delivery_stats(worker)
+        async with aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{worker.web_port}"
+            async with session.get(f"{url}/metrics") as response:
+                metrics = await response.text()
+            async with session.get(f"{url}/stats") as response:
+                stats_text = await response.text()
+    finally:
+        await stop_workers([worker])
+    rejected = {o for o in accepted if json.loads(o).get("reject")}
+    print(f"\nfailing API: {api.summary()}; /stats delivery: {stats}")
+    # Every order the API takes arrived once; the rejected and the stuck are dead-lettered.
+    assert set(api.applied) == accepted - rejected - distinct(stuck)
+    assert max(api.applied.values()) == 1
+    assert store.status() == Counter(
+        {"delivered": len(accepted) - len(rejected) - 5, "dead": len(rejected) + 5}
+    )
+    dlq = pipeline.conf.delivery_dead_letter_topic
+    reasons = [
+        json.loads(v)["reason"]
+        for p in await read_partitions(pipeline.conf, dlq)
+        for _, v in p
+        if v
+    ]
+    assert sorted(r.split(":")[0] for r in reasons) == sorted(
+        ["invalid"] * 3 + ["rejected"] * len(rejected) + ["deadline"] * 5
+    )
+    assert all("HTTP 422" in r for r in reasons if r.startswith("rejected"))
+    # The counters add up (one worker, never restarted).
+    recorded_counts, counts = stats["recorded"], stats["counts"]
+    assert recorded_counts["orders"] == len(stuck) + len(orders)
+    assert recorded_counts["invalid"] == len(invalid)
+    assert recorded_counts["accepted"] == len(accepted)
+    assert recorded_counts["duplicates"] == len(stuck) + len(orders) - len(accepted)
+    assert recorded_counts["delivered"] == len(api.applied) == counts["delivered"]
+    assert recorded_counts["dead"] == len(rejected) + 5 == counts["dead"]
+    posted = sum(n for what, n in api.calls.items() if what != "lookups")
+    assert counts["calls"] == posted == stats["latency"]["count"]
+    assert counts["retried"] == api.calls["failed"] > 0
+    assert stats["in_flight"] == stats["waiting"] == 0
+    families = {f.name: f for f in text_string_to_metric_families(metrics)}
+    delivered = [
+        s.value
+        for s in families["pairstream_delivery_messages"].samples
+        if s.labels.get("outcome") == "delivered"
+    ]
+    assert delivered == [recorded_counts["delivered"]]
+    assert families["pairstream_delivery_call_seconds"].samples
+    # The secret reached the API, and nothing else.
+    assert api.authorizations == Counter({SECRET: posted})
+    for text in (worker.log(), stats_text, metrics):
+        assert "s3cret" not in text

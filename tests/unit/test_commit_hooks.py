@@ -13,7 +13,7 @@ from faust.types import TP
 from app import consumer, exactly_once, internals
 from app.faust_app import app
 from app.outbox import transactional_id
-from app.partition_tasks import PartitionTask
+from app.partition_tasks import PartitionTask, PartitionTasks
 from tests.unit.conftest import Transactions
 
 pytestmark = pytest.mark.usefixtures("own_tasks")
@@ -93,3 +93,15 @@ async def test_a_revocation_retires_the_transaction_producers_of_revoked_partiti
     await app.consumer._retire_transaction_producers({tp})
     assert retired.stopped and internals.transaction_producer(revoked) is None
     assert not other.stopped and internals.transaction_producer(kept) is not None
+
+
+async def test_tables_count_as_restored_only_after_faust_says_so(own_tasks: PartitionTasks) -> None:
+    tp = TP("t", 0)
+    own_tasks.assigned({tp})
+    assert not own_tasks.restored.is_set()
+    await app.on_rebalance_complete.send()
+    assert own_tasks.restored.is_set()
+    own_tasks.revoked({tp})
+    assert not own_tasks.restored.is_set()
+    own_tasks.assigned({tp})
+    assert not own_tasks.restored.is_set()
