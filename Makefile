@@ -4,10 +4,17 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo bench test test-fast fault-test fault-matrix fault-matrix-long event-time setup browser broker stop clean generate lint
+.PHONY: demo demo-delivery delivery bench test test-fast fault-test fault-matrix fault-matrix-long event-time setup browser broker stop clean generate lint
 
 demo: setup            ## run the main job: broker, worker, generated stream, summary
 	$(PY) -m tools.demo
+
+demo-delivery: setup   ## the main job, with every pair also delivered to a stand-in order API
+	$(PY) -m tools.demo --delivery
+
+delivery: setup       ## once-only delivery: 10,000 orders, every mode, 5 kills each, and 1 -> 2 -> 1
+	PAIRSTREAM_DELIVERY_ORDERS=10000 PAIRSTREAM_DELIVERY_KILLS=5 $(PY) -m pytest -m "broker or long" -s \
+	  tests/integration/test_delivery.py
 
 bench: setup          ## the benchmark suite (about 15 minutes); writes docs/BENCHMARKS.md
 	$(PY) -m bench

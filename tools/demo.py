@@ -1,8 +1,12 @@
 """The main job, end to end: a local broker, a worker, a generated stream.
 
-    python -m tools.demo [--count 20000] [--rate 4000] [--seed 1]
+    python -m tools.demo [--count 20000] [--rate 4000] [--seed 1] [--delivery]
 
-Each run uses fresh topics (prefixed with a run id) so runs never mix.
+Each run uses fresh topics (prefixed with a run id) so runs never mix. With
+--delivery, the worker also delivers every pair, as an order, to the stand-in
+order API (tools/order_api.py: with a status lookup, failing 5% of calls with 503,
+dropping 1% of connections after applying the call), and the demo prints what the
+API received.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from app.settings import Settings
 from pairing.records import dumps
 from tools import broker
 from tools.generate import StreamShape, generate, produce
+from tools.order_api import Behaviour, OrderApi
 from tools.read_outputs import OutputReader, Outputs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,6 +82,10 @@ async def settle(conf: Settings, reader: OutputReader, quiet_s: float = 3.0) -> 
 async def run(args: argparse.Namespace) -> None:
     run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     env = run_settings(run_id)
+    api = None
+    if args.delivery:
+        api = await OrderApi(Behaviour(lookup=True, fail_share=0.05, crash_share=0.01)).start()
+        env.update(delivery_settings(run_id, api))
     os.environ.update(env)
     conf = Settings()
     await ensure_topics(conf)
@@ -90,9 +99,45 @@ async def run(args: argparse.Namespace) -> None:
         print("waiting for the worker to settle ...", flush=True)
         async with OutputReader(conf) as reader:
             outputs = await settle(conf, reader)
+        if api is not None:
+            await delivered(api, len(outputs.pairs))
     finally:
         stop_worker(worker)
+        if api is not None:
+            await api.stop()
     report(len(records), outputs)
+    if api is not None:
+        report_delivery(api, len(outputs.pairs))
+
+
+def delivery_settings(run_id: str, api: OrderApi) -> dict[str, str]:
+    return {
+        "PAIRSTREAM_DELIVERY_ENABLED": "true",
+        "PAIRSTREAM_DELIVERY_URL": f"{api.url}/orders",
+        "PAIRSTREAM_DELIVERY_STATUS_URL": f"{api.url}/orders/status/{{key}}",
+        "PAIRSTREAM_DELIVERY_DEAD_LETTER_TOPIC": f"{run_id}.deliveries.dlq",
+        "PAIRSTREAM_DELIVERY_UNCERTAIN_TOPIC": f"{run_id}.deliveries.uncertain",
+        "PAIRSTREAM_DELIVERY_BACKOFF_MAX_SECONDS": "2",
+    }
+
+
+async def delivered(api: OrderApi, pairs: int, timeout: float = 300) -> None:
+    """Wait until the API has every pair (it may still be retrying a few)."""
+    print(f"waiting for the order API to receive {pairs} pairs ...", flush=True)
+    deadline = time.monotonic() + timeout
+    while len(api.applied) < pairs and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)  # polling the stand-in API
+
+
+def report_delivery(api: OrderApi, pairs: int) -> None:
+    summary = api.summary()
+    print(f"\nDelivery of the {pairs} pairs to the stand-in order API:")
+    print(f"  orders applied         {summary['orders']:>7}")
+    print(f"  applied more than once {summary['duplicates']:>7}")
+    for what, count in sorted(summary["calls"].items()):
+        print(f"  calls {what:<16} {count:>7}")
+    if summary["orders"] != pairs or summary["duplicates"]:
+        raise SystemExit("delivery: the API did not receive every pair exactly once")
 
 
 def start_worker(log_path: Path) -> subprocess.Popen[bytes]:
@@ -146,6 +191,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--count", type=int, default=20_000)
     parser.add_argument("--rate", type=float, default=4_000, help="events per second")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--delivery", action="store_true", help="also deliver the pairs to a stand-in order API"
+    )
     args = parser.parse_args(argv)
     broker.start(broker.cluster(1, 9092), timeout=120)
     asyncio.run(run(args))
