@@ -136,6 +136,7 @@ class Dispatcher:
         if next_offset < deliveries.log_target:
             return False
         deliveries.log_target = None
+        self._update_room()
         return True
 
     def resume(
@@ -236,7 +237,10 @@ class Dispatcher:
         return sum(len(d.orders) for d in self._partitions.values())
 
     def _update_room(self) -> None:
-        if self.backlog() >= 4 * self._conf.delivery_max_in_flight:
+        # Only callable partitions count: a partition still catching up needs the agent
+        # (to consume its log) before its messages can drain, and must not block it.
+        callable_backlog = sum(len(d.orders) for d in self._partitions.values() if d.caught_up)
+        if callable_backlog >= 4 * self._conf.delivery_max_in_flight:
             self._room.clear()
         else:
             self._room.set()

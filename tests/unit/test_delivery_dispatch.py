@@ -220,3 +220,21 @@ async def test_intake_waits_while_the_backlog_is_full(api: OrderApi) -> None:
         assert not dispatcher.full()
         status = dispatcher.status()
         assert status["in_flight"] == 4
+
+
+async def test_a_partition_catching_up_does_not_hold_intake(api: OrderApi) -> None:
+    async with Run(api) as run:
+        dispatcher = run.dispatcher
+        dispatcher.open(0, log_target=10)  # its log must be consumed first
+        for n in range(100):
+            dispatcher.intent(0, f"id:{n}", body(n), f"k{n}", offset=n)
+        dispatcher.committed(0, 100)
+        # Else deliver would wait for room instead of consuming the log that frees it.
+        assert not dispatcher.full()
+        await asyncio.sleep(0.1)
+        assert api.summary()["calls"] == {}  # held until the catch-up
+        assert dispatcher.log_consumed(0, 10)
+        assert dispatcher.full()
+        dispatcher.resume(0, [], lambda identity: identity)
+        await run.until(100)
+    assert len(api.applied) == 100
