@@ -223,6 +223,7 @@ class Dispatcher:
         in_flight = sum(d.in_flight for d in partitions)
         return {
             "in_flight": in_flight,
+            "ready": self._ready.qsize(),
             "waiting": self.backlog() - in_flight,
             "catching_up": sorted(d.partition for d in partitions if not d.caught_up),
             "counts": dict(self.counts),
@@ -234,6 +235,8 @@ class Dispatcher:
         }
 
     def backlog(self) -> int:
+        """Messages not yet final: awaiting their commit, the catch-up, a slot or a retry,
+        or in flight."""
         return sum(len(d.orders) for d in self._partitions.values())
 
     def _update_room(self) -> None:

@@ -82,7 +82,7 @@ async def test_nothing_is_called_before_the_intent_commits(api: OrderApi) -> Non
         dispatcher.open(0, None)
         dispatcher.intent(0, "id:1", body(1), "k1", offset=10)
         dispatcher.intent(0, "id:2", body(2), "k2", offset=11)
-        await asyncio.sleep(0.2)
+        assert dispatcher.status()["ready"] == 0  # a call starts only from the ready queue
         assert run.log == [] and api.summary()["calls"] == {}
         dispatcher.committed(0, 11)  # offset 10 committed, 11 not yet
         outcomes = await run.until(1)
@@ -100,7 +100,7 @@ async def test_nothing_is_called_before_the_log_is_caught_up(api: OrderApi) -> N
         dispatcher.open(3, log_target=5)
         dispatcher.intent(3, "id:1", body(1), "k1", offset=0)
         dispatcher.committed(3, 1)
-        await asyncio.sleep(0.2)
+        assert dispatcher.status()["ready"] == 0
         assert run.log == []
         assert not dispatcher.log_consumed(3, 4)
         assert dispatcher.log_consumed(3, 5)
@@ -196,12 +196,15 @@ async def test_giving_a_partition_up_waits_for_its_calls(api: OrderApi) -> None:
         dispatcher.intent(0, "id:1", body(1), "k1", offset=0)
         dispatcher.intent(0, "id:2", body(2), "k2", offset=1)
         dispatcher.committed(0, 1)
-        await asyncio.sleep(0.1)  # id:1 is in flight
+        async with asyncio.timeout(5):
+            while dispatcher.status()["in_flight"] == 0:
+                await asyncio.sleep(0.01)  # until id:1 is in flight
         await dispatcher.close([0], timeout=5)
         assert "id:1" in run.outcomes()  # finished and logged before close returned
         dispatcher.committed(0, 2)  # too late: no longer this worker's
-        await asyncio.sleep(0.2)
+        assert dispatcher.partition(0) is None and dispatcher.status()["ready"] == 0
     assert set(run.outcomes()) == {"id:1"}
+    assert api.applied_keys == {"k1": 1}
 
 
 async def test_intake_waits_while_the_backlog_is_full(api: OrderApi) -> None:
@@ -231,8 +234,7 @@ async def test_a_partition_catching_up_does_not_hold_intake(api: OrderApi) -> No
         dispatcher.committed(0, 100)
         # Else deliver would wait for room instead of consuming the log that frees it.
         assert not dispatcher.full()
-        await asyncio.sleep(0.1)
-        assert api.summary()["calls"] == {}  # held until the catch-up
+        assert dispatcher.status()["ready"] == 0  # held until the catch-up
         assert dispatcher.log_consumed(0, 10)
         assert dispatcher.full()
         dispatcher.resume(0, [], lambda identity: identity)
