@@ -32,7 +32,22 @@ def topic_partitions(conf: Settings) -> dict[str, int]:
             conf.delivery_uncertain_topic,
         ):
             topics.setdefault(name, conf.partitions)
+    if conf.chain_enabled:
+        for name in (
+            conf.deposits_topic,
+            conf.accounts_topic,
+            conf.validated_topic,
+            conf.deposits_dead_letter_topic,
+            conf.deposits_by_account_topic,
+            conf.accounts_by_account_topic,
+        ):
+            topics.setdefault(name, conf.partitions)
     return topics
+
+
+def compacted_topics(conf: Settings) -> set[str]:
+    """Topics that are tables: only the latest record per key is kept."""
+    return {conf.accounts_topic} if conf.chain_enabled else set()
 
 
 class InputPartitionsMismatch(RuntimeError):
@@ -63,10 +78,14 @@ async def ensure_topics(conf: Settings) -> None:
     await admin.start()
     try:
         existing = set(await admin.list_topics())
+        compacted = compacted_topics(conf)
         for name, partitions in topic_partitions(conf).items():
             if name not in existing:
                 with suppress(TopicAlreadyExistsError):  # another worker made it first
-                    topic = NewTopic(name, partitions, conf.replication_factor)
+                    configs = {"cleanup.policy": "compact"} if name in compacted else {}
+                    topic = NewTopic(
+                        name, partitions, conf.replication_factor, topic_configs=configs
+                    )
                     await admin.create_topics([topic])
     finally:
         await admin.close()

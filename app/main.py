@@ -7,5 +7,7 @@ from app.settings import settings
 
 if settings().delivery_enabled:
     from agents import delivery  # noqa: F401  (registers its agents)
+if settings().chain_enabled:
+    from agents import chain  # noqa: F401  (registers its agents and /accounts)
 
 __all__ = ["app", "ingest", "local_state", "pairing", "web"]

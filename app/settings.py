@@ -85,6 +85,15 @@ class Settings(BaseSettings):
         False, description="also serve faust's raw table dumps (/table), graph and sensor pages"
     )
 
+    # The deposit chain (seed 001): validation and ledger services (docs/chain.md)
+    chain_enabled: bool = Field(False, description="run the deposit chain's agents")
+    deposits_topic: str = Field("deposits", description="deposits in (JSON)")
+    accounts_topic: str = Field("accounts", description="account changes in (compacted)")
+    validated_topic: str = Field("deposits.validated", description="valid deposits, with balance")
+    deposits_dead_letter_topic: str = Field(
+        "deposits.dlq", description="invalid deposits and account changes, with the reason"
+    )
+
     # Delivery of a topic's records to a third-party HTTP API (docs/delivery.md)
     delivery_enabled: bool = Field(False, description="run the delivery agent")
     delivery_topic: str | None = Field(
@@ -169,6 +178,16 @@ class Settings(BaseSettings):
     @property
     def delivery_source(self) -> str:
         return self.delivery_topic or self.pairs_topic
+
+    @property
+    def deposits_by_account_topic(self) -> str:
+        """Deposits re-keyed by account (internal)."""
+        return f"{self.app_id}-deposits-by-account"
+
+    @property
+    def accounts_by_account_topic(self) -> str:
+        """Account changes re-keyed by account (internal)."""
+        return f"{self.app_id}-accounts-by-account"
 
     @property
     def delivery_by_id_topic(self) -> str:

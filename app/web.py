@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -80,30 +81,48 @@ async def pending(self: View, request: Request, timestamp: str) -> Response:
         return self.error(400, f"malformed timestamp: {parsed.reason}", timestamp=timestamp)
     key, _ = parsed
     partition = partition_for(key, conf.partitions)
-    owner = _owner(partition)
+
+    def answer() -> Response:
+        state = stored_state(key)
+        if state is None or state.pending is None:
+            return self.error(404, "no event is pending for this key", key=key)
+        event = state.pending
+        return self.json(
+            {
+                "key": key,
+                "type": event.type,
+                "value": str(event.value),  # a string: JSON numbers would round decimals
+                "identity": event.identity,
+                "waiting_since": event.waiting_since,
+                "partition": partition,
+                "worker": str(app.conf.canonical_url),
+            }
+        )
+
+    changelog = table.changelog_topic.get_topic_name()
+    return await from_owner(self, request, changelog, partition, f"pending/{key}", answer)
+
+
+async def from_owner(
+    view: View,
+    request: Request,
+    changelog: str,
+    partition: int,
+    path: str,
+    answer: Callable[[], Response],
+) -> Response:
+    """`answer()` from the worker that owns `partition` of the table whose changelog is
+    `changelog`: here, or forwarded there (once)."""
+    owner = _owner(partition, changelog)
     if owner is None:
-        return self.error(503, f"no worker owns partition {partition} now (rebalancing)")
+        return view.error(503, f"no worker owns partition {partition} now (rebalancing)")
     if not _is_me(owner):
         if request.headers.get(FORWARDED):
-            return self.error(503, f"ownership of partition {partition} is moving")
-        return await _forward(self, URL(owner) / "pending" / key)
+            return view.error(503, f"ownership of partition {partition} is moving")
+        return await _forward(view, URL(owner) / path)
     if app.in_recovery:
-        return self.error(503, "tables are being restored", partition=partition)
-    state = stored_state(key)
-    if state is None or state.pending is None:
-        return self.error(404, "no event is pending for this key", key=key)
-    event = state.pending
-    return self.json(
-        {
-            "key": key,
-            "type": event.type,
-            "value": str(event.value),  # a string: JSON numbers would round decimals
-            "identity": event.identity,
-            "waiting_since": event.waiting_since,
-            "partition": partition,
-            "worker": str(app.conf.canonical_url),
-        }
-    )
+        return view.error(503, "tables are being restored", partition=partition)
+    return answer()
 
 
 def _distribution() -> dict[str, dict[str, list[int]]]:
@@ -112,8 +131,7 @@ def _distribution() -> dict[str, dict[str, list[int]]]:
     return distribution
 
 
-def _owner(partition: int) -> str | None:
-    changelog = table.changelog_topic.get_topic_name()
+def _owner(partition: int, changelog: str) -> str | None:
     for url, topics in _distribution().items():
         if partition in topics.get(changelog, ()):
             return url

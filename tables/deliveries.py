@@ -13,7 +13,7 @@ from app.outbox import Outbox
 from app.settings import settings
 from pairing.delivery import Entry, decode_entry, encode_entry
 from pairing.routing import partition_for
-from tables import bytes_table
+from tables import TableWriter, bytes_table
 
 conf = settings()
 
@@ -21,28 +21,22 @@ table = bytes_table("deliveries", conf.partitions)
 
 
 class DeliveryStore:
-    """The entries of one partition. Reads work anywhere; writes only inside a step of
-    that partition (faust routes a write by the current event)."""
+    """The entries of one partition, written inside a step of that partition."""
 
     def __init__(self, partition: int, outbox: Outbox) -> None:
+        self._writer = TableWriter(table, partition, outbox)
         self.partition = partition
         self.outbox = outbox
-        self._changelog = table.changelog_topic.get_topic_name()
 
     def get(self, identity: str) -> Entry | None:
-        raw = table.data.get(identity.encode())
+        raw = self._writer.get(identity.encode())
         return None if raw is None else decode_entry(raw)
 
     def put(self, identity: str, entry: Entry) -> None:
-        key = identity.encode()
-        value = encode_entry(entry)
-        table.data[key] = value
-        self.outbox.send(self._changelog, key, value, self.partition)
+        self._writer.put(identity.encode(), encode_entry(entry))
 
     def delete(self, identity: str) -> None:
-        key = identity.encode()
-        del table.data[key]
-        self.outbox.send(self._changelog, key, None, self.partition)
+        self._writer.delete(identity.encode())
 
 
 def stored_entries(partition: int) -> Iterator[tuple[str, Entry]]:

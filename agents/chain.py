@@ -1,0 +1,184 @@
+"""The deposit chain (seed 001): a validation service and a downstream ledger, each
+consuming, updating its state in a changelog-backed table (a compacted topic) and
+producing in one transaction. Imported only when PAIRSTREAM_CHAIN_ENABLED is set.
+
+    deposits ──route──▶ <app>-deposits-by-account ─┐
+    accounts ──route──▶ <app>-accounts-by-account ─┴─validate──▶ deposits.validated ──ledger
+       (compacted)         (key: account)          │  (balance after)            (totals)
+                                                    └──▶ deposits.dlq (invalid, rejected)
+
+Both inputs are re-keyed by account, so an account's changes and its deposits meet,
+in arrival order, on one partition of the validation state, whatever key they came
+with. An account change is applied as it is consumed (a stream-table join by
+processing order, as in Kafka Streams): a deposit racing its account's opening or
+closing is decided by which the worker consumed first (docs/chain.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from faust.web import Request, Response, View
+
+from app.exactly_once import events_once, exactly_once
+from app.faust_app import app
+from app.outbox import Outbox
+from app.settings import settings
+from app.web import from_owner
+from pairing.deposits import (
+    add,
+    apply_change,
+    decode_account,
+    decode_totals,
+    encode_account,
+    encode_totals,
+    parse_account_change,
+    parse_deposit,
+    parse_validated,
+    record,
+    validate,
+)
+from pairing.records import Source, dead_letter_record
+from pairing.routing import partition_for
+from tables import TableWriter, bytes_table
+
+conf = settings()
+DEPOSITS = conf.deposits_by_account_topic
+ACCOUNTS = conf.accounts_by_account_topic
+DLQ = conf.deposits_dead_letter_topic
+
+# Validation's state: `a:<account>` -> the account, `d:<account>:<deposit id>` -> seen.
+accounts = bytes_table("accounts", conf.partitions)
+# The ledger's: `<account>` -> totals.
+ledger = bytes_table("ledger", conf.partitions)
+
+
+def _topic(*names: str, internal: bool) -> Any:
+    return app.topic(
+        *names,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=conf.partitions,
+        replicas=conf.replication_factor,
+        internal=internal,
+    )
+
+
+deposits_in = _topic(conf.deposits_topic, internal=False)
+accounts_in = _topic(conf.accounts_topic, internal=False)
+by_account = _topic(DEPOSITS, ACCOUNTS, internal=True)  # validate consumes both
+validated = _topic(conf.validated_topic, internal=False)
+
+
+def dead_letter(outbox: Outbox, message: Any, reason: str) -> None:
+    outbox.count("dead_lettered")
+    where = Source(message.topic, message.partition, message.offset)
+    outbox.send(DLQ, message.key, dead_letter_record(reason, message.value, where), None)
+
+
+@app.agent(deposits_in)
+async def route_deposits(stream: Any) -> None:
+    async for event in events_once(app, stream):
+        message = event.message
+        async with exactly_once(app, event) as task:
+            deposit = parse_deposit(message.value)
+            if isinstance(deposit, str):
+                dead_letter(task.outbox, message, deposit)
+                continue
+            task.outbox.count("deposits")
+            partition = partition_for(deposit.account, conf.partitions)
+            task.outbox.send(DEPOSITS, deposit.account.encode(), message.value, partition)
+
+
+@app.agent(accounts_in)
+async def route_accounts(stream: Any) -> None:
+    async for event in events_once(app, stream):
+        message = event.message
+        async with exactly_once(app, event) as task:
+            change = parse_account_change(message.key, message.value)
+            if isinstance(change, str):
+                dead_letter(task.outbox, message, change)
+                continue
+            task.outbox.count("account_changes")
+            partition = partition_for(change.account, conf.partitions)
+            task.outbox.send(ACCOUNTS, change.account.encode(), message.value, partition)
+
+
+@app.agent(by_account)
+async def validate_deposits(stream: Any) -> None:
+    async for event in events_once(app, stream):
+        message = event.message
+        async with exactly_once(app, event) as task:
+            state = TableWriter(accounts, message.partition, task.outbox)
+            if message.topic == ACCOUNTS:
+                change = parse_account_change(message.key, message.value)
+                assert not isinstance(change, str)  # route passed it
+                key = f"a:{change.account}".encode()
+                stored = state.get(key)
+                after = apply_change(None if stored is None else decode_account(stored), change)
+                if after is None:
+                    state.delete(key)
+                else:
+                    state.put(key, encode_account(after))
+                task.outbox.count("account_changes")
+                continue
+            deposit = parse_deposit(message.value)
+            assert not isinstance(deposit, str)  # route passed it
+            account_key = f"a:{deposit.account}".encode()
+            seen_key = f"d:{deposit.account}:{deposit.deposit_id}".encode()
+            stored = state.get(account_key)
+            account = None if stored is None else decode_account(stored)
+            outcome = validate(deposit, account, state.get(seen_key) is not None)
+            if isinstance(outcome, str):
+                dead_letter(task.outbox, message, outcome)
+                continue
+            state.put(account_key, encode_account(outcome))
+            state.put(seen_key, b"")
+            task.outbox.count("validated")
+            task.outbox.send(
+                conf.validated_topic,
+                deposit.account.encode(),
+                record(deposit, outcome.balance),
+                message.partition,
+            )
+
+
+@app.agent(validated)
+async def keep_ledger(stream: Any) -> None:
+    async for event in events_once(app, stream):
+        message = event.message
+        async with exactly_once(app, event) as task:
+            value: bytes | None = message.value
+            assert value is not None  # written by validate_deposits
+            account, amount, balance = parse_validated(value)
+            totals = TableWriter(ledger, message.partition, task.outbox)
+            stored = totals.get(account.encode())
+            after = add(None if stored is None else decode_totals(stored), amount, balance)
+            totals.put(account.encode(), encode_totals(after))
+            task.outbox.count("ledger_entries")
+
+
+def ledger_totals(account: str) -> dict[str, Any] | None:
+    """An account's ledger, as this worker's table holds it (outside a step)."""
+    raw = ledger.data.get(account.encode())
+    if raw is None:
+        return None
+    totals = decode_totals(raw)
+    return {"total": str(totals.total), "count": totals.count, "balance": str(totals.balance)}
+
+
+@app.page("/accounts/{account}")
+async def account_page(self: View, request: Request, account: str) -> Response:
+    """An account's ledger, from whichever worker owns it."""
+    partition = partition_for(account, conf.partitions)
+
+    def answer() -> Response:
+        totals = ledger_totals(account)
+        if totals is None:
+            return self.error(404, "no validated deposit for this account", account=account)
+        return self.json({"account": account, **totals, "partition": partition})
+
+    changelog = ledger.changelog_topic.get_topic_name()
+    return await from_owner(self, request, changelog, partition, f"accounts/{account}", answer)
