@@ -16,6 +16,7 @@ closing is decided by which the worker consumed first (docs/chain.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from faust.web import Request, Response, View
@@ -24,6 +25,7 @@ from app.exactly_once import events_once, exactly_once
 from app.faust_app import app
 from app.outbox import Outbox
 from app.settings import settings
+from app.topics import bytes_topic
 from app.web import from_owner
 from pairing.deposits import (
     add,
@@ -53,23 +55,10 @@ accounts = bytes_table("accounts", conf.partitions)
 ledger = bytes_table("ledger", conf.partitions)
 
 
-def _topic(*names: str, internal: bool) -> Any:
-    return app.topic(
-        *names,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=conf.partitions,
-        replicas=conf.replication_factor,
-        internal=internal,
-    )
-
-
-deposits_in = _topic(conf.deposits_topic, internal=False)
-accounts_in = _topic(conf.accounts_topic, internal=False)
-by_account = _topic(DEPOSITS, ACCOUNTS, internal=True)  # validate consumes both
-validated = _topic(conf.validated_topic, internal=False)
+deposits_in = bytes_topic(conf.deposits_topic, internal=False)
+accounts_in = bytes_topic(conf.accounts_topic, internal=False)
+by_account = bytes_topic(DEPOSITS, ACCOUNTS, internal=True)  # validate consumes both
+validated = bytes_topic(conf.validated_topic, internal=False)
 
 
 def dead_letter(outbox: Outbox, message: Any, reason: str) -> None:
@@ -78,32 +67,31 @@ def dead_letter(outbox: Outbox, message: Any, reason: str) -> None:
     outbox.send(DLQ, message.key, dead_letter_record(reason, message.value, where), None)
 
 
-@app.agent(deposits_in)
-async def route_deposits(stream: Any) -> None:
-    async for event in events_once(app, stream):
-        message = event.message
-        async with exactly_once(app, event) as task:
-            deposit = parse_deposit(message.value)
-            if isinstance(deposit, str):
-                dead_letter(task.outbox, message, deposit)
-                continue
-            task.outbox.count("deposits")
-            partition = partition_for(deposit.account, conf.partitions)
-            task.outbox.send(DEPOSITS, deposit.account.encode(), message.value, partition)
+def route(parse: Callable[[Any], Any], target: str, counter: str) -> Callable[[Any], Any]:
+    """An agent body that re-keys each valid record by its account, dead-lettering the
+    rest; `parse` gives an object with `.account`, or the reason it is invalid."""
+
+    async def agent(stream: Any) -> None:
+        async for event in events_once(app, stream):
+            message = event.message
+            async with exactly_once(app, event) as task:
+                parsed = parse(message)
+                if isinstance(parsed, str):
+                    dead_letter(task.outbox, message, parsed)
+                    continue
+                task.outbox.count(counter)
+                partition = partition_for(parsed.account, conf.partitions)
+                task.outbox.send(target, parsed.account.encode(), message.value, partition)
+
+    return agent
 
 
-@app.agent(accounts_in)
-async def route_accounts(stream: Any) -> None:
-    async for event in events_once(app, stream):
-        message = event.message
-        async with exactly_once(app, event) as task:
-            change = parse_account_change(message.key, message.value)
-            if isinstance(change, str):
-                dead_letter(task.outbox, message, change)
-                continue
-            task.outbox.count("account_changes")
-            partition = partition_for(change.account, conf.partitions)
-            task.outbox.send(ACCOUNTS, change.account.encode(), message.value, partition)
+route_deposits = app.agent(deposits_in, name="route_deposits")(
+    route(lambda m: parse_deposit(m.value), DEPOSITS, "deposits")
+)
+route_accounts = app.agent(accounts_in, name="route_accounts")(
+    route(lambda m: parse_account_change(m.key, m.value), ACCOUNTS, "account_changes")
+)
 
 
 @app.agent(by_account)

@@ -30,7 +30,7 @@ from app.exactly_once import events_once, exactly_once, still_current
 from app.faust_app import app
 from app.kafka_admin import end_offsets
 from app.settings import settings
-from app.topics import pairs
+from app.topics import bytes_topic, pairs
 from pairing.delivery import (
     Entry,
     LogRecord,
@@ -52,25 +52,12 @@ LOG = conf.delivery_log_topic
 EXPIRED_PER_STEP = 100  # bounds the extra work of one step
 
 
-def _topic(*names: str, internal: bool) -> Any:
-    return app.topic(
-        *names,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=conf.partitions,
-        replicas=conf.replication_factor,
-        internal=internal,
-    )
-
-
 source = (
     pairs
     if conf.delivery_source == conf.pairs_topic
-    else _topic(conf.delivery_source, internal=False)
+    else bytes_topic(conf.delivery_source, internal=False)
 )
-decisions = _topic(BY_ID, LOG, internal=True)  # deliver consumes both, co-partitioned
+decisions = bytes_topic(BY_ID, LOG, internal=True)  # deliver consumes both, co-partitioned
 
 
 async def send_log(partition: int, record: LogRecord) -> None:

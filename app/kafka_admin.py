@@ -23,25 +23,26 @@ def topic_partitions(conf: Settings) -> dict[str, int]:
         conf.unpaired_topic: conf.partitions,
         conf.dead_letter_topic: conf.partitions,
     }
+    extra: list[str] = []
     if conf.delivery_enabled:
-        for name in (
+        extra += [
             conf.delivery_source,
             conf.delivery_by_id_topic,
             conf.delivery_log_topic,
             conf.delivery_dead_letter_topic,
             conf.delivery_uncertain_topic,
-        ):
-            topics.setdefault(name, conf.partitions)
+        ]
     if conf.chain_enabled:
-        for name in (
+        extra += [
             conf.deposits_topic,
             conf.accounts_topic,
             conf.validated_topic,
             conf.deposits_dead_letter_topic,
             conf.deposits_by_account_topic,
             conf.accounts_by_account_topic,
-        ):
-            topics.setdefault(name, conf.partitions)
+        ]
+    for name in extra:
+        topics.setdefault(name, conf.partitions)
     return topics
 
 

@@ -12,9 +12,12 @@ from app.settings import settings
 conf = settings()
 
 
-def _topic(name: str, *, internal: bool = False, partitions: int = conf.partitions) -> faust.TopicT:
+def bytes_topic(
+    *names: str, internal: bool = False, partitions: int = conf.partitions
+) -> faust.TopicT:
+    """A topic (or several, consumed together) of raw bytes; `internal`: faust creates it."""
     return app.topic(
-        name,
+        *names,
         key_type=bytes,
         value_type=bytes,
         key_serializer="raw",
@@ -27,11 +30,11 @@ def _topic(name: str, *, internal: bool = False, partitions: int = conf.partitio
 
 # Internal: faust creates it before subscribing, so a worker started before its
 # input exists consumes it (a topic missing at subscription was ignored for good).
-events = _topic(conf.events_topic, internal=True, partitions=conf.events_partitions)
-keyed_events = _topic(conf.keyed_topic, internal=True)  # events re-keyed by timestamp
-pairs = _topic(conf.pairs_topic)
-unpaired = _topic(conf.unpaired_topic)
-dead_letters = _topic(conf.dead_letter_topic)
+events = bytes_topic(conf.events_topic, internal=True, partitions=conf.events_partitions)
+keyed_events = bytes_topic(conf.keyed_topic, internal=True)  # events re-keyed by timestamp
+pairs = bytes_topic(conf.pairs_topic)
+unpaired = bytes_topic(conf.unpaired_topic)
+dead_letters = bytes_topic(conf.dead_letter_topic)
 
 SINKS = (pairs, unpaired, dead_letters)
 
