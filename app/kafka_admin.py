@@ -41,6 +41,13 @@ def topic_partitions(conf: Settings) -> dict[str, int]:
             conf.deposits_by_account_topic,
             conf.accounts_by_account_topic,
         ]
+    if conf.enrichment_enabled:
+        extra += [
+            conf.sources_topic,
+            conf.enriched_topic,
+            conf.sources_dead_letter_topic,
+            conf.sources_by_partition_topic,
+        ]
     for name in extra:
         topics.setdefault(name, conf.partitions)
     return topics
@@ -48,7 +55,8 @@ def topic_partitions(conf: Settings) -> dict[str, int]:
 
 def compacted_topics(conf: Settings) -> set[str]:
     """Topics that are tables: only the latest record per key is kept."""
-    return {conf.accounts_topic} if conf.chain_enabled else set()
+    compacted = {conf.accounts_topic} if conf.chain_enabled else set()
+    return compacted | ({conf.sources_topic} if conf.enrichment_enabled else set())
 
 
 class InputPartitionsMismatch(RuntimeError):

@@ -7,6 +7,8 @@ from app.settings import settings
 
 if settings().delivery_enabled:
     from agents import delivery  # noqa: F401  (registers its agents)
+if settings().enrichment_enabled:
+    from agents import enrichment  # noqa: F401  (registers its agents)
 if settings().chain_enabled:
     from agents import chain  # noqa: F401  (registers its agents and /accounts)
 

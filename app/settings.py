@@ -94,6 +94,18 @@ class Settings(BaseSettings):
         "deposits.dlq", description="invalid deposits and account changes, with the reason"
     )
 
+    # Enrichment of pairs from a reference table (seed 003, docs/chain.md)
+    enrichment_enabled: bool = Field(False, description="run the enrichment agents")
+    sources_topic: str = Field("sources", description="reference rows by day (compacted)")
+    enriched_topic: str = Field("pairs.enriched", description="pairs with their day's row")
+    sources_dead_letter_topic: str = Field("sources.dlq", description="invalid reference rows")
+    enrichment_bound_seconds: float = Field(
+        60.0, gt=0, description="event time a pair waits for a missing row"
+    )
+    enrichment_max_wait_seconds: float = Field(
+        30.0, gt=0, description="wall-clock time a pair waits for a missing row (quiet streams)"
+    )
+
     # Delivery of a topic's records to a third-party HTTP API (docs/delivery.md)
     delivery_enabled: bool = Field(False, description="run the delivery agent")
     delivery_topic: str | None = Field(
@@ -188,6 +200,11 @@ class Settings(BaseSettings):
     def accounts_by_account_topic(self) -> str:
         """Account changes re-keyed by account (internal)."""
         return f"{self.app_id}-accounts-by-account"
+
+    @property
+    def sources_by_partition_topic(self) -> str:
+        """Reference rows, each sent to every partition (internal)."""
+        return f"{self.app_id}-sources-by-partition"
 
     @property
     def delivery_by_id_topic(self) -> str:
