@@ -4,13 +4,20 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-delivery delivery bench test test-fast fault-test fault-matrix fault-matrix-long event-time setup browser broker stop clean generate lint
+.PHONY: demo demo-delivery demo-chain delivery chain bench test test-fast fault-test fault-matrix fault-matrix-long event-time setup browser broker stop clean generate lint
 
 demo: setup            ## run the main job: broker, worker, generated stream, summary
 	$(PY) -m tools.demo
 
 demo-delivery: setup   ## the main job, with every pair also delivered to a stand-in order API
 	$(PY) -m tools.demo --delivery
+
+demo-chain: setup      ## the main job, with the deposit chain and enrichment of the pairs
+	$(PY) -m tools.demo --chain --enrichment
+
+chain: setup          ## the deposit chain: 20,000 deposits over 1,000 accounts, 3 kills, 1 -> 2 -> 1
+	PAIRSTREAM_CHAIN_ACCOUNTS=1000 PAIRSTREAM_CHAIN_DEPOSITS=20000 PAIRSTREAM_CHAIN_KILLS=3 \
+	  $(PY) -m pytest -m "broker or long" -s tests/integration/test_chain.py
 
 delivery: setup       ## once-only delivery: 10,000 orders, every mode, 5 kills each, and 1 -> 2 -> 1
 	PAIRSTREAM_DELIVERY_ORDERS=10000 PAIRSTREAM_DELIVERY_KILLS=5 $(PY) -m pytest -m "broker or long" -s \

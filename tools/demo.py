@@ -1,32 +1,39 @@
 """The main job, end to end: a local broker, a worker, a generated stream.
 
-    python -m tools.demo [--count 20000] [--rate 4000] [--seed 1] [--delivery]
+    python -m tools.demo [--count 20000] [--rate 4000] [--seed 1] [--delivery] [--chain]
+                         [--enrichment]
 
 Each run uses fresh topics (prefixed with a run id) so runs never mix. With
 --delivery, the worker also delivers every pair, as an order, to the stand-in
 order API (tools/order_api.py: with a status lookup, failing 5% of calls with 503,
 dropping 1% of connections after applying the call), and the demo prints what the
-API received.
+API received. With --chain, accounts and deposits go through the deposit chain and
+every balance is checked against the model; with --enrichment, the pairs are joined
+with a reference row for their day (docs/chain.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from analytics.jobs import run as run_jobs
-from app.kafka_admin import ensure_topics
+from app.kafka_admin import ensure_topics, read_committed
 from app.settings import Settings
 from pairing.records import dumps
 from tools import broker
+from tools.deposits import ChainShape, account_records, deposit_records, expected
 from tools.generate import StreamShape, generate, produce
 from tools.order_api import Behaviour, OrderApi
 from tools.read_outputs import OutputReader, Outputs
@@ -86,6 +93,7 @@ async def run(args: argparse.Namespace) -> None:
     if args.delivery:
         api = await OrderApi(Behaviour(lookup=True, fail_share=0.05, crash_share=0.01)).start()
         env.update(delivery_settings(run_id, api))
+    env.update(chain_settings(run_id, args.chain, args.enrichment))
     os.environ.update(env)
     conf = Settings()
     await ensure_topics(conf)
@@ -95,12 +103,21 @@ async def run(args: argparse.Namespace) -> None:
     try:
         await wait_ready(log_path, worker)
         records = generate(StreamShape(count=args.count, seed=args.seed))
+        if args.enrichment:
+            row = b'{"tariff": "peak", "why": "a demo row for the first day only"}'
+            await produce(
+                [(FIRST_DAY.encode(), row)], conf.bootstrap_servers, conf.sources_topic, 0, False
+            )
         await produce(records, conf.bootstrap_servers, conf.events_topic, args.rate, True)
         print("waiting for the worker to settle ...", flush=True)
         async with OutputReader(conf) as reader:
             outputs = await settle(conf, reader)
         if api is not None:
             await delivered(api, len(outputs.pairs))
+        if args.enrichment:
+            enriched = await until_count(conf, conf.enriched_topic, len(outputs.pairs))
+        if args.chain:
+            chain = await run_chain(conf)
     finally:
         stop_worker(worker)
         if api is not None:
@@ -108,6 +125,85 @@ async def run(args: argparse.Namespace) -> None:
     report(len(records), outputs)
     if api is not None:
         report_delivery(api, len(outputs.pairs))
+    if args.enrichment:
+        reasons = Counter(str(json.loads(v)["reason"] or "enriched") for v in enriched)
+        print(f"\nEnrichment of the {len(outputs.pairs)} pairs: {dict(reasons)}")
+        if len(enriched) != len(outputs.pairs):
+            raise SystemExit("enrichment: not every pair came out once")
+    if args.chain:
+        print(f"\nDeposit chain: {chain}")
+
+
+FIRST_DAY = "2024-02-09"  # the generated stream's first day (tools/generate.py)
+
+
+def chain_settings(run_id: str, chain: bool, enrichment: bool) -> dict[str, str]:
+    env: dict[str, str] = {}
+    if chain:
+        env.update(
+            {
+                "PAIRSTREAM_CHAIN_ENABLED": "true",
+                "PAIRSTREAM_DEPOSITS_TOPIC": f"{run_id}.deposits",
+                "PAIRSTREAM_ACCOUNTS_TOPIC": f"{run_id}.accounts",
+                "PAIRSTREAM_VALIDATED_TOPIC": f"{run_id}.deposits.validated",
+                "PAIRSTREAM_DEPOSITS_DEAD_LETTER_TOPIC": f"{run_id}.deposits.dlq",
+            }
+        )
+    if enrichment:
+        env.update(
+            {
+                "PAIRSTREAM_ENRICHMENT_ENABLED": "true",
+                "PAIRSTREAM_SOURCES_TOPIC": f"{run_id}.sources",
+                "PAIRSTREAM_ENRICHED_TOPIC": f"{run_id}.pairs.enriched",
+                "PAIRSTREAM_SOURCES_DEAD_LETTER_TOPIC": f"{run_id}.sources.dlq",
+            }
+        )
+    return env
+
+
+async def topic_values(conf: Settings, topic: str) -> list[bytes]:
+    async with read_committed(conf) as consumer:
+        partitions = [TopicPartition(topic, p) for p in range(conf.partitions)]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        values: list[bytes] = []
+        for tp in partitions:
+            while await consumer.position(tp) < ends[tp]:
+                batch = await consumer.getmany(tp, timeout_ms=1000)
+                values.extend(m.value for m in batch.get(tp, []) if m.value is not None)
+        return values
+
+
+async def until_count(conf: Settings, topic: str, count: int, timeout: float = 300) -> list[bytes]:
+    deadline = time.monotonic() + timeout
+    while len(values := await topic_values(conf, topic)) < count and time.monotonic() < deadline:
+        await asyncio.sleep(1)  # polling the committed topic
+    return values
+
+
+async def run_chain(conf: Settings) -> str:
+    """Accounts, then deposits, through the chain; the balances checked against the model."""
+    shape = ChainShape(accounts=200, deposits=5000, seed=1)
+    accounts, deposits = account_records(shape), deposit_records(shape)
+    model = expected(accounts, deposits)
+    await produce(accounts, conf.bootstrap_servers, conf.accounts_topic, 0, False)
+    changelog = f"{conf.app_id}-accounts-changelog"
+    # Accounts first: validation reads them as a table, in processing order.
+    await until_count(conf, changelog, len(accounts))
+    await produce(deposits, conf.bootstrap_servers, conf.deposits_topic, 0, True)
+    validated = await until_count(conf, conf.validated_topic, model.validated)
+    dead = await until_count(conf, conf.deposits_dead_letter_topic, model.dead_lettered)
+    balances = {}
+    for value in validated:
+        record = json.loads(value)
+        balances[record["account"]] = Decimal(record["balance"])
+    if balances != model.balances or len(validated) != model.validated:
+        raise SystemExit("deposit chain: balances differ from the model")
+    return (
+        f"{len(validated)} deposits validated over {len(balances)} accounts, {len(dead)}"
+        " dead-lettered; every balance equals the sum of the account's valid distinct deposits"
+    )
 
 
 def delivery_settings(run_id: str, api: OrderApi) -> dict[str, str]:
@@ -194,6 +290,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--delivery", action="store_true", help="also deliver the pairs to a stand-in order API"
     )
+    parser.add_argument("--chain", action="store_true", help="also run the deposit chain")
+    parser.add_argument("--enrichment", action="store_true", help="also enrich the pairs")
     args = parser.parse_args(argv)
     broker.start(broker.cluster(1, 9092), timeout=120)
     asyncio.run(run(args))

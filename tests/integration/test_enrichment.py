@@ -58,6 +58,7 @@ async def until_out(pipeline: Pipeline, worker: Worker, count: int, timeout: flo
         await asyncio.sleep(1)  # polling the committed output
 
 
+@pytest.mark.matrix  # the fault matrix's worker hard kill, on enrichment
 async def test_present_missing_late_changed_and_deleted_rows_through_a_kill(
     broker: str, tmp_path: Path
 ) -> None:
