@@ -96,7 +96,7 @@ async def run_chain(broker: str, tmp: Path, shape: ChainShape, scale: bool) -> N
         await until(accounts_applied, workers, 300, "accounts applied")
         producing = asyncio.create_task(
             produce(
-                deposits, conf.bootstrap_servers, conf.deposits_topic, len(deposits) / 30, False
+                deposits, conf.bootstrap_servers, conf.deposits_topic, len(deposits) / 15, False
             )
         )
         for point in sorted(rng.uniform(0.1, 0.8) for _ in range(KILLS)):

@@ -124,7 +124,7 @@ async def until_final(
 
 Orders = list[Record]
 # make test runs these; make delivery runs every mode.
-KILLS_IN_MAKE_TEST = ("lookup", "neither-resend")
+KILLS_IN_MAKE_TEST = ("neither-resend",)
 REBALANCE_IN_MAKE_TEST = ("neither-resend",)
 Faults = Callable[[Pipeline, OrderApi, list[Worker], random.Random], Awaitable[None]]
 

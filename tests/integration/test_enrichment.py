@@ -74,7 +74,7 @@ async def test_present_missing_late_changed_and_deleted_rows_through_a_kill(
         PAIRSTREAM_SOURCES_DEAD_LETTER_TOPIC=f"{name}-sources.dlq",
         # Only max wait ends a wait here: the days are far apart in event time.
         PAIRSTREAM_ENRICHMENT_BOUND_SECONDS=str(30 * 86400),
-        PAIRSTREAM_ENRICHMENT_MAX_WAIT_SECONDS="45",
+        PAIRSTREAM_ENRICHMENT_MAX_WAIT_SECONDS="40",
         PAIRSTREAM_TICK_INTERVAL_SECONDS="1",
     )
     conf = pipeline.conf
