@@ -36,8 +36,9 @@ fault-test: setup     ## kill -9 a worker three times while 50k records flow (PA
 	PAIRSTREAM_FAULT_EVENTS=50000 $(PY) -m pytest -m matrix -s -k worker_hard_kill \
 	  tests/integration/test_fault_matrix.py
 
-fault-matrix: setup   ## the six-scenario fault matrix (PAIRSTREAM_FAULT_MODE=long for 100k records)
-	$(PY) -m pytest -m matrix -s tests/integration/test_fault_matrix.py
+fault-matrix: setup   ## the six-scenario fault matrix (PAIRSTREAM_FAULT_MODE=long for 100k records), and the kill scenarios of the chain, enrichment and delivery
+	$(PY) -m pytest -m matrix -s tests/integration/test_fault_matrix.py tests/integration/test_chain.py \
+	  tests/integration/test_enrichment.py tests/integration/test_delivery.py
 
 event-time: setup     ## 20,000 records through 1, 3 and 8 partitions, three ways each; a 200,000-event backlog
 	PAIRSTREAM_EVENT_TIME_RECORDS=20000 $(PY) -m pytest -m "broker or long" -s \

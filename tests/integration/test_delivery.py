@@ -267,6 +267,7 @@ def check(mode: str, orders: set[str], store: Recorded, api: OrderApi, parked: s
         assert duplicates == 0, api.summary()
 
 
+@pytest.mark.matrix  # the fault matrix's worker hard kill, on delivery
 @pytest.mark.parametrize(
     "mode",
     [m if m in KILLS_IN_MAKE_TEST else pytest.param(m, marks=pytest.mark.long) for m in MODES],
