@@ -26,7 +26,7 @@ from faust.types import TP
 
 from app.delivery import Dispatcher, PartitionDeliveries
 from app.delivery_client import ApiClient
-from app.exactly_once import events_once, exactly_once, still_current
+from app.exactly_once import before_step, events_once, exactly_once, still_current
 from app.faust_app import app
 from app.kafka_admin import end_offsets
 from app.settings import settings
@@ -109,14 +109,15 @@ async def deliver(stream: Any) -> None:
         ):
             task = tasks.get(message.tp)
             assert task is not None  # events_once yields records of assigned partitions
-            if deliveries is None:
-                await open_partition(partition)
-            else:
-                await dispatcher.room()
-            if not still_current(app, event, task):
+            await before_step(
+                app, open_partition(partition) if deliveries is None else dispatcher.room()
+            )
+            opened = dispatcher.partition(partition)
+            # Not opened if the flow stopped first: an assignment is ending.
+            if not still_current(app, event, task, ready=opened is not None):
                 continue
-            deliveries = dispatcher.partition(partition)
-            assert deliveries is not None  # opened above, and not closed: still current
+            assert opened is not None  # ready
+            deliveries = opened
         caught_up = False
         async with exactly_once(app, event) as task:
             store = DeliveryStore(partition, task.outbox)

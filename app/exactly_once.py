@@ -9,9 +9,10 @@ event acked under the commit lock (app/consumer.py says why that is needed).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -45,7 +46,8 @@ async def events_once(app: PairstreamApp, stream: Any) -> AsyncIterator[EventT[A
         first after a seek when committed records it leaves out were never delivered
         (`_check_jump`): the partition is sought back to the first unprocessed offset.
     The agent's body must not await before `exactly_once` takes its lock; an agent that
-    must await first (delivery) checks `still_current` after it.
+    must await first (delivery) does so through `before_step`, and checks `still_current`
+    after it.
     """
     tasks = app.partition_tasks
     consumer: Any = app.consumer
@@ -82,16 +84,35 @@ async def events_once(app: PairstreamApp, stream: Any) -> AsyncIterator[EventT[A
         internals.forget_unacked(consumer, message)
 
 
-def still_current(app: PairstreamApp, event: EventT[Any], task: PartitionTask) -> bool:
+async def before_step(app: PairstreamApp, waiting: Awaitable[object]) -> None:
+    """Await `waiting` between receiving an event and its step, but no longer than the
+    flow runs: a rebalance or a stop stops the flow and then waits for every event
+    received to be acked (faust's wait_empty), so an agent holding one must go on."""
+    consumer: Any = app.consumer
+    flow_stopped = asyncio.ensure_future(consumer.suspend_flow.wait())
+    done = asyncio.ensure_future(waiting)
+    try:
+        await asyncio.wait([done, flow_stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for future in (done, flow_stopped):
+            if not future.done():
+                future.cancel()
+
+
+def still_current(
+    app: PairstreamApp, event: EventT[Any], task: PartitionTask, ready: bool = True
+) -> bool:
     """After an agent awaited between receiving `event` and its step: whether the event
-    still belongs to this assignment. If not, it is skipped as `events_once` skips
-    records of an assignment given up (the next one consumes it again)."""
+    still belongs to this assignment and the agent is `ready` for it. If not, it is
+    skipped, never acked, and consumed again: by the next assignment, or (same
+    assignment) after a seek back to it."""
     tasks = app.partition_tasks
     message = event.message
-    if not tasks.closing and tasks.get(message.tp) is task:
+    if not tasks.closing and tasks.get(message.tp) is task and ready:
         return True
-    log.warning("skipped record %s@%d: its assignment ended meanwhile", message.tp, message.offset)
+    log.warning("skipped record %s@%d: its assignment is ending", message.tp, message.offset)
     tasks.stats.count("skipped_closing")
+    task.offsets.skipped(message.offset)
     internals.forget_unacked(app.consumer, message)
     return False
 

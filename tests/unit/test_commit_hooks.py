@@ -4,6 +4,7 @@ own commit and the broker calls replaced."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -105,3 +106,19 @@ async def test_tables_count_as_restored_only_after_faust_says_so(own_tasks: Part
     assert not own_tasks.restored.is_set()
     own_tasks.assigned({tp})
     assert not own_tasks.restored.is_set()
+
+
+async def test_waiting_before_a_step_ends_when_the_flow_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Consumer:
+        suspend_flow = asyncio.Event()
+
+    monkeypatch.setattr(app, "_consumer", Consumer())
+    never = asyncio.Event()
+    waiting = asyncio.ensure_future(exactly_once.before_step(app, never.wait()))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    Consumer.suspend_flow.set()  # a rebalance or a stop begins
+    async with asyncio.timeout(5):
+        await waiting
