@@ -106,6 +106,7 @@ class Dispatcher:
         self._room = asyncio.Event()
         self._room.set()
         self._workers: list[asyncio.Task[None]] = []
+        self._in_flight: set[asyncio.Future[None]] = set()
         self._random = random.Random()
         self.counts: Counter[str] = Counter()  # this process's calls, as they happen
         self.latency = Latency()
@@ -260,6 +261,10 @@ class Dispatcher:
         finally:
             for worker in self._workers:
                 worker.cancel()
+            # A stop cancels this task first; the calls in flight go on to their outcome
+            # (so that a clean stop leaves nothing uncertain), then the session closes.
+            if self._in_flight:
+                await asyncio.wait(self._in_flight, timeout=self._conf.delivery_timeout_seconds + 5)
             await self._api.close()
 
     async def _work(self) -> None:
@@ -270,16 +275,22 @@ class Dispatcher:
                 continue  # given up; the next owner resumes it from the store
             deliveries.in_flight += 1
             deliveries.drained.clear()
-            try:
-                await self._deliver(order, deliveries)
-            except Exception:
-                # The log could not be written (broker unreachable): try again later.
-                log.exception("delivery of %s interrupted", order.identity)
-                self._retry_later(order, deliveries, None)
-            finally:
-                deliveries.in_flight -= 1
-                if deliveries.in_flight == 0:
-                    deliveries.drained.set()
+            call = asyncio.ensure_future(self._call(order, deliveries))
+            self._in_flight.add(call)
+            call.add_done_callback(self._in_flight.discard)
+            await asyncio.shield(call)  # cancelling this worker does not cut the call
+
+    async def _call(self, order: Order, deliveries: PartitionDeliveries) -> None:
+        try:
+            await self._deliver(order, deliveries)
+        except Exception:
+            # The log could not be written (broker unreachable): try again later.
+            log.exception("delivery of %s interrupted", order.identity)
+            self._retry_later(order, deliveries, None)
+        finally:
+            deliveries.in_flight -= 1
+            if deliveries.in_flight == 0:
+                deliveries.drained.set()
 
     async def _deliver(self, order: Order, deliveries: PartitionDeliveries) -> None:
         conf = self._conf

@@ -51,6 +51,8 @@ class OrderApi:
         self.applied_keys: Counter[str] = Counter()  # the same, by idempotency key
         self.calls: Counter[str] = Counter()  # by what happened: applied, replayed, ...
         self.authorizations: Counter[str] = Counter()  # Authorization headers received
+        self._concurrent = 0
+        self.max_concurrent = 0  # most calls it was answering at once
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -83,6 +85,14 @@ class OrderApi:
         return f"http://127.0.0.1:{self.port}"
 
     async def post_order(self, request: web.Request) -> web.StreamResponse:
+        self._concurrent += 1
+        self.max_concurrent = max(self.max_concurrent, self._concurrent)
+        try:
+            return await self._post_order(request)
+        finally:
+            self._concurrent -= 1
+
+    async def _post_order(self, request: web.Request) -> web.StreamResponse:
         behaviour = self.behaviour
         body = await request.read()
         key = request.headers.get(KEY_HEADER, "")
