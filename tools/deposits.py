@@ -1,7 +1,8 @@
 """Accounts and deposits for the deposit chain (seed 001), and what a correct chain
 makes of them:
 
-    python -m tools.deposits --accounts 1000 --deposits 20000 --rate 2000 --seed 1
+    python -m tools.deposits --accounts 1000 --deposits 20000 --rate 2000 --seed 1 \
+        [--closed 0.05] [--unknown 0.02] [--invalid 0.02] [--duplicates 0.03]
 
 Accounts are opened (some then closed) on the accounts topic; deposits go to known,
 closed and unknown accounts, some invalid, some sent twice (under another key).
@@ -129,8 +130,20 @@ def main() -> None:
     parser.add_argument("--deposits", type=int, default=2000)
     parser.add_argument("--rate", type=float, default=0, help="deposits per second (0: at once)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--closed", type=float, default=0.05, help="share of accounts closed")
+    parser.add_argument("--unknown", type=float, default=0.02, help="share to unknown accounts")
+    parser.add_argument("--invalid", type=float, default=0.02, help="share of invalid deposits")
+    parser.add_argument("--duplicates", type=float, default=0.03, help="share sent twice")
     args = parser.parse_args()
-    shape = ChainShape(args.accounts, args.deposits, args.seed)
+    shape = ChainShape(
+        args.accounts,
+        args.deposits,
+        args.seed,
+        args.closed,
+        args.unknown,
+        args.invalid,
+        args.duplicates,
+    )
     asyncio.run(produce_chain(Settings(), shape, args.rate))
 
 
