@@ -271,8 +271,10 @@ class Dispatcher:
         while True:
             order = await self._ready.get()
             deliveries = self._partitions.get(order.partition)
-            if deliveries is None or deliveries.closed or order.identity not in deliveries.orders:
-                continue  # given up; the next owner resumes it from the store
+            if deliveries is None or deliveries.orders.get(order.identity) is not order:
+                # Given up: the partition was closed (and maybe opened again here, with
+                # its own order for this message, resumed from the store).
+                continue
             deliveries.in_flight += 1
             deliveries.drained.clear()
             call = asyncio.ensure_future(self._call(order, deliveries))

@@ -240,3 +240,29 @@ async def test_a_partition_catching_up_does_not_hold_intake(api: OrderApi) -> No
         dispatcher.resume(0, [], lambda identity: identity)
         await run.until(100)
     assert len(api.applied) == 100
+
+
+async def test_a_partition_given_up_and_taken_back_calls_each_message_once(
+    api: OrderApi,
+) -> None:
+    api.behaviour = Behaviour(delay=0.3)
+    async with Run(api) as run:
+        dispatcher = run.dispatcher
+        # Partition 1's four calls take every worker; partition 0's two orders wait.
+        for partition, count in ((1, 4), (0, 2)):
+            dispatcher.open(partition, None)
+            for n in range(count):
+                name = f"id:{partition}-{n}"
+                dispatcher.intent(partition, name, body(n, p=partition), name, offset=n)
+            dispatcher.committed(partition, count)
+        async with asyncio.timeout(5):
+            while dispatcher.status()["in_flight"] < 4:
+                await asyncio.sleep(0.01)  # until partition 1's calls are in flight
+        await dispatcher.close([0], timeout=5)
+        # Taken back at once (a rebalance that keeps it here) and resumed from the store,
+        # while its old orders still wait in the ready queue.
+        dispatcher.open(0, None)
+        stored = [(f"id:0-{n}", Entry(Status.QUEUED, 0, body(n, p=0))) for n in range(2)]
+        dispatcher.resume(0, stored, lambda identity: identity)
+        await run.until(6)
+    assert len(api.applied) == 6 and max(api.applied.values()) == 1, api.summary()
