@@ -109,7 +109,7 @@ async def run_chain(broker: str, tmp: Path, shape: ChainShape, scale: bool) -> N
             workers.append(pipeline.worker(1).start())
             await workers[1].wait_ready()
             await until(lambda: _validated_share(pipeline, model, 0.9), workers, 300, "progress")
-            workers[1].stop()
+            await stop_workers([workers[1]])
             assert workers[1].forced_stops == 0, workers[1].log()[-3000:]
         await producing
 
