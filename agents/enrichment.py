@@ -127,7 +127,7 @@ def _waiting_key(partition: int, waiting: Waiting | Enriched) -> bytes:
 
 def emit(table: TableWriter, enriched: Enriched, partition: int) -> None:
     outbox = table.outbox
-    if table.get(_waiting_key(partition, enriched)) is not None:
+    if enriched.waited:
         table.delete(_waiting_key(partition, enriched))
     outbox.count("enriched" if enriched.reason is None else f"unenriched_{enriched.reason}")
     outbox.send(conf.enriched_topic, enriched.key.encode(), enriched_record(enriched), partition)

@@ -28,6 +28,7 @@ class Enriched:
     pair: bytes
     row: bytes | None
     reason: str | None  # None when enriched; else "missing" or "deleted"
+    waited: bool = False  # it was held in the partition's state
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +93,8 @@ class Enricher:
         """A reference row set (or deleted): the pairs that waited for it go out."""
         self.rows[day] = row
         reason = None if row is not None else "deleted"
-        return [Enriched(w.key, w.pair, row, reason) for w in self.waiting.pop(day, {}).values()]
+        waited = self.waiting.pop(day, {}).values()
+        return [Enriched(w.key, w.pair, row, reason, waited=True) for w in waited]
 
     def release(self) -> list[Enriched]:
         """Pairs that waited past the bound in stream time (O(log n) each)."""
@@ -102,7 +104,7 @@ class Enricher:
             _, day, key = heapq.heappop(self._by_time)
             waiting = self.waiting.get(day, {}).pop(key, None)
             if waiting is not None:  # else already emitted
-                out.append(Enriched(key, waiting.pair, None, "missing"))
+                out.append(Enriched(key, waiting.pair, None, "missing", waited=True))
         return out
 
     def tick(self, now: float) -> list[Enriched]:
@@ -112,7 +114,7 @@ class Enricher:
             for key, waiting in list(pairs.items()):
                 if now - waiting.since >= self.max_wait_s:
                     del pairs[key]
-                    out.append(Enriched(key, waiting.pair, None, "missing"))
+                    out.append(Enriched(key, waiting.pair, None, "missing", waited=True))
             if not pairs:
                 del self.waiting[day]
         return out

@@ -32,7 +32,9 @@ def test_a_present_row_enriches_at_once() -> None:
     assert e.row("2024-02-09", ROW) == []
     out, held = e.pair(*pair("2024-02-09", 1), now=0)
     assert held is None
-    assert [(o.key[:10], o.row, o.reason) for o in out] == [("2024-02-09", ROW, None)]
+    assert [(o.key[:10], o.row, o.reason, o.waited) for o in out] == [
+        ("2024-02-09", ROW, None, False)
+    ]
     record = json.loads(enriched_record(out[0]))
     assert record["enriched"] and record["reference"] == {"tariff": "peak"}
 
@@ -42,7 +44,7 @@ def test_a_late_row_enriches_the_pairs_that_waited() -> None:
     out, held = e.pair(*pair("2024-02-09", 1), now=0)
     assert out == [] and held is not None
     released = e.row("2024-02-09", ROW)
-    assert [(o.key, o.reason) for o in released] == [(held.key, None)]
+    assert [(o.key, o.reason, o.waited) for o in released] == [(held.key, None, True)]
     assert e.release() == []  # not emitted twice
 
 
