@@ -190,9 +190,11 @@ class Dispatcher:
 
     def intent(self, number: int, identity: str, body: bytes, key: str, offset: int) -> None:
         """A message's intent was written in the transaction that commits `offset`."""
-        deliveries = self._partitions[number]
-        if identity in deliveries.orders:
-            return  # the same record processed again after a seek
+        deliveries = self._partitions.get(number)
+        if deliveries is None or identity in deliveries.orders:
+            # Given up meanwhile (its next owner resumes it from the store), or the same
+            # record processed again after a seek.
+            return
         order = Order(identity, number, body, key, offset)
         deliveries.orders[identity] = order
         deliveries.awaiting_commit.append(order)
