@@ -51,6 +51,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         # to the committed offsets, then until the flow resumes (resume_partitions).
         self._resume_after_seek: set[TP] = set()
         self._resume_with_flow: set[TP] = set()
+        self.last_read = internals.install_last_read_offsets(self)
 
     @property
     def tasks(self) -> PartitionTasks:
@@ -130,6 +131,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         self.tasks.revoked(revoked)
         self._resume_after_seek -= revoked
         self._resume_with_flow -= revoked
+        self.last_read.release(revoked)
         await super().on_partitions_revoked(revoked)
 
     async def _retire_transaction_producers(self, revoked: set[TP]) -> None:
@@ -193,7 +195,14 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         self._resume_after_seek.update(streams)
         super().resume_partitions(tps - streams)
 
+    async def seek_back(self, tp: TP, offset: int) -> None:
+        """Fetch a stream partition again from `offset`, which records fetched before
+        cannot move faust's last-read offset past (internals.LastReadOffsets)."""
+        await self.seek(tp, offset)
+        self.last_read.hold(tp, offset)
+
     async def perform_seek(self) -> None:
+        self.last_read.release(self.assignment())
         await super().perform_seek()
         assignment = self.assignment()
         for tp in assignment:

@@ -51,6 +51,7 @@ async def events_once(app: PairstreamApp, stream: Any) -> AsyncIterator[EventT[A
     """
     tasks = app.partition_tasks
     consumer: Any = app.consumer
+    held = consumer.last_read.holds
     async for event in stream.noack().events():
         message = event.message
         tp = message.tp
@@ -69,16 +70,17 @@ async def events_once(app: PairstreamApp, stream: Any) -> AsyncIterator[EventT[A
             if verdict is Verdict.PROCESS and offsets.jumps_from_seek(message.offset):
                 verdict = await _check_jump(tp, offsets, message.offset)
             if verdict is Verdict.PROCESS:
+                if held:
+                    held.pop(tp, None)  # back in order after a seek back
                 yield event
                 continue
             reason = verdict.value
             if verdict is not Verdict.REDELIVERED:
                 offsets.skipped(message.offset)
             if verdict is Verdict.OUT_OF_ORDER and offsets.next is not None:
-                # Again for every such record: records fetched before a seek still pass
-                # faust's fetcher after it, moving its last-read offset past the sought
-                # one, and it drops what it reads below that.
-                await consumer.seek(tp, offsets.next)
+                # Again for every such record: aiokafka may hand on records it
+                # fetched before the last seek.
+                await consumer.seek_back(tp, offsets.next)
         log.warning("skipped %s record %s@%d", reason, tp, message.offset)
         tasks.stats.count(f"skipped_{reason}")
         internals.forget_unacked(consumer, message)

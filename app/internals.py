@@ -8,6 +8,7 @@ one fails there, in seconds, rather than in the fault matrix.
 from __future__ import annotations
 
 import asyncio
+from collections import defaultdict
 from typing import Any
 
 import faust
@@ -52,6 +53,55 @@ def forget_unacked(consumer: Any, message: Any) -> None:
     without acking its offset, which a commit would then pass."""
     message.acked = True
     consumer._unacked_messages.discard(message)
+
+
+def _unread() -> int | None:
+    return None
+
+
+class LastReadOffsets(defaultdict[TP, int | None]):
+    """faust's last-read offset per partition (`Consumer._read_offset`), which a
+    seek back can hold down until the fetcher hands on a record at the sought offset.
+
+    faust's fetcher drops every fetched record below a partition's last-read offset,
+    and sets that offset after handing each record on. That hand-over runs as a task,
+    so an agent can receive a record fetched before a seek back, skip it and seek,
+    and only then see the fetcher set the record's offset, over the sought one. All
+    the seek fetches again is then dropped but that record, which is skipped and
+    sought back from again, over and over: a partition of the fault matrix stalled
+    for ten minutes so. Under a hold, the offset stays at the sought one until a
+    record at it (or after it, the sought offset being a transaction marker) passes.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(_unread)
+        self.holds: dict[TP, int] = {}
+
+    def hold(self, tp: TP, offset: int) -> None:
+        self.holds[tp] = offset
+        super().__setitem__(tp, offset)
+
+    def release(self, tps: Any) -> None:
+        for tp in tps:
+            self.holds.pop(tp, None)
+
+    def __setitem__(self, tp: TP, offset: int | None) -> None:
+        if self.holds:  # rare: only between a seek back and the record it asks for
+            held = self.holds.get(tp)
+            if held is not None and offset is not None:
+                if offset > held + 1:
+                    return
+                del self.holds[tp]
+        super().__setitem__(tp, offset)
+
+
+def install_last_read_offsets(consumer: Any) -> LastReadOffsets:
+    """Replace faust's last-read offsets (a defaultdict its fetcher binds when it
+    starts) with `LastReadOffsets`; called before the consumer starts."""
+    offsets = LastReadOffsets()
+    offsets.update(consumer._read_offset)
+    consumer._read_offset = offsets
+    return offsets
 
 
 def client_consumer(thread: Any) -> AIOKafkaConsumer:

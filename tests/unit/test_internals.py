@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -116,3 +119,72 @@ def test_the_worker_leaves_the_root_logger_at_the_level_asked_for() -> None:
     assert worker.spinner is not None  # faust made one: it would set DEBUG below
     worker.on_setup_root_logger(logger, logging.WARNING)
     assert logger.level == logging.WARNING and len(logger.handlers) == 1
+
+
+async def _fetched_around_a_seek_back(read: Any) -> list[int]:
+    """Runs faust's own fetcher loop over two fetches of a partition: a record (10)
+    fetched before a seek back to 5, which the agent receives, skips and seeks back
+    from before the fetcher has finished handing it on; then what the seek fetches
+    (5..10). Returns the offsets the fetcher handed on."""
+    tp = TP("events", 0)
+    fetcher = SimpleNamespace(_stopped=asyncio.Event())
+    fetches = [[10], [5, 6, 7, 8, 9, 10]]
+    handed: list[int] = []
+
+    async def getmany(timeout: float) -> AsyncIterator[tuple[TP, Message]]:
+        batch = fetches.pop(0)
+        if not fetches:
+            fetcher._stopped.set()
+        for offset in batch:
+            yield tp, Message(tp.topic, tp.partition, offset, 0.0, 0, {}, b"k", b"v", None)
+
+    async def callback(message: Message) -> None:
+        handed.append(message.offset)
+        if message.offset == 10 and len(handed) == 1:  # the agent's seek back
+            read[tp] = 5
+            if isinstance(read, internals.LastReadOffsets):
+                read.hold(tp, 5)
+
+    consumer: Any = ExactlyOnceConsumer(
+        app.transport,
+        callback=callback,
+        on_partitions_revoked=None,
+        on_partitions_assigned=None,
+        loop=asyncio.get_running_loop(),
+    )
+    consumer._read_offset = read
+    consumer.getmany = getmany
+    await consumer._drain_messages(fetcher)
+    return handed
+
+
+async def test_faust_s_fetcher_sets_the_last_read_offset_after_handing_a_record_on() -> None:
+    # Why LastReadOffsets exists: over a plain mapping the seek back is undone and
+    # only the skipped record comes again.
+    plain: defaultdict[TP, int | None] = defaultdict(lambda: None)
+    assert await _fetched_around_a_seek_back(plain) == [10, 10]
+
+
+async def test_a_held_seek_back_fetches_again_from_the_sought_offset() -> None:
+    read = internals.LastReadOffsets()
+    assert await _fetched_around_a_seek_back(read) == [10, 5, 6, 7, 8, 9, 10]
+    assert read[TP("events", 0)] == 10 and not read.holds  # released by record 5
+
+
+def test_a_hold_is_released_by_the_record_after_a_sought_transaction_marker() -> None:
+    tp, other = TP("events", 0), TP("events", 1)
+    read = internals.LastReadOffsets()
+    read.hold(tp, 5)
+    read[other] = 40  # other partitions are not held
+    read[tp] = 12
+    assert read[tp] == 5 and read[other] == 40
+    read[tp] = 6
+    assert read[tp] == 6 and not read.holds
+    read[tp] = 12
+    assert read[tp] == 12
+
+
+def test_the_consumer_s_last_read_offsets_are_the_held_kind() -> None:
+    consumer: Any = app.consumer
+    assert consumer._read_offset is consumer.last_read
+    assert isinstance(consumer.last_read, internals.LastReadOffsets)
