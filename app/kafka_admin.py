@@ -4,7 +4,7 @@ read_committed probe of a partition."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -107,6 +107,7 @@ async def read_committed(conf: Settings) -> AsyncIterator[AIOKafkaConsumer]:
         bootstrap_servers=conf.bootstrap_servers,
         isolation_level="read_committed",
         enable_auto_commit=False,
+        auto_offset_reset="earliest",
     )
     await consumer.start()
     try:
@@ -136,3 +137,32 @@ async def committed_records_between(conf: Settings, tp: TP, first: int, last: in
             if any(record.offset <= last for record in batch.get(partition, ())):
                 return True
         return False
+
+
+async def last_committed_records(
+    conf: Settings, ends: Mapping[TP, int], window: int = 2000
+) -> dict[TP, int]:
+    """The offset of the last committed record of each partition, found among the
+    `window` offsets before its end (a last stable offset); partitions with none there
+    are left out. One consumer reads all partitions' tails at once."""
+    found: dict[TP, int] = {}
+    tails = {TopicPartition(tp.topic, tp.partition): end for tp, end in ends.items() if end > 0}
+    if not tails:
+        return found
+    async with read_committed(conf) as consumer:
+        consumer.assign(list(tails))
+        for partition, end in tails.items():
+            consumer.seek(partition, max(0, end - window))
+        deadline = time.monotonic() + 10
+        reading = set(tails)
+        while reading and time.monotonic() < deadline:
+            batches = await consumer.getmany(*reading, timeout_ms=200)
+            for partition, records in batches.items():
+                end = tails[partition]
+                offsets = [r.offset for r in records if r.offset < end]
+                if offsets:
+                    found[TP(partition.topic, partition.partition)] = max(offsets)
+            for partition in list(reading):
+                if await consumer.position(partition) >= tails[partition]:
+                    reading.discard(partition)
+    return found
