@@ -48,6 +48,7 @@ def create_app() -> PairstreamApp:
         broker_session_timeout=conf.session_timeout_seconds,
         table_standby_replicas=conf.standby_replicas,
         broker_heartbeat_interval=conf.session_timeout_seconds / 4,
+        consumer_group_instance_id=conf.group_instance_id,
         # faust's 5 minutes: a worker whose first metadata missed a just-created topic
         # was assigned none of its partitions, and stayed so until the next refresh.
         consumer_metadata_max_age_ms=int(conf.metadata_refresh_seconds * 1000),

@@ -65,6 +65,12 @@ class Settings(BaseSettings):
     session_timeout_seconds: float = Field(
         10.0, gt=0, description="how soon the group notices a dead worker and rebalances"
     )
+    group_instance_id: str | None = Field(
+        None,
+        description="static group membership: a worker restarted under the same id (unique"
+        " per worker, e.g. a pod name) takes its partitions back at once, without waiting out"
+        " the session timeout; a worker stopped for good keeps them until that timeout",
+    )
     metadata_refresh_seconds: float = Field(
         10.0,
         gt=0,

@@ -1,6 +1,8 @@
 """Settings that reach faust's configuration."""
 
-from app.faust_app import app
+import pytest
+
+from app.faust_app import app, create_app
 from app.settings import settings
 
 
@@ -9,3 +11,15 @@ def test_the_consumer_refreshes_metadata_as_configured() -> None:
     # without its partitions for that long.
     refresh_ms = settings().metadata_refresh_seconds * 1000
     assert app.conf.consumer_metadata_max_age_ms == refresh_ms < 5 * 60 * 1000
+
+
+def test_static_membership_is_off_unless_a_worker_is_given_an_instance_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert app.conf.consumer_group_instance_id is None
+    monkeypatch.setenv("PAIRSTREAM_GROUP_INSTANCE_ID", "pairstream-2")
+    settings.cache_clear()
+    try:
+        assert create_app().conf.consumer_group_instance_id == "pairstream-2"
+    finally:
+        settings.cache_clear()
