@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 import faust
@@ -81,7 +82,7 @@ class LastReadOffsets(defaultdict[TP, int | None]):
         self.holds[tp] = offset
         super().__setitem__(tp, offset)
 
-    def release(self, tps: Any) -> None:
+    def release(self, tps: Iterable[TP]) -> None:
         for tp in tps:
             self.holds.pop(tp, None)
 
