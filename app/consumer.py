@@ -212,9 +212,16 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         await super().perform_seek()
         assignment = self.assignment()
         for tp in assignment:
+            committed = internals.committed_offset(self, tp)
+            if not committed and not internals.is_changelog(self, tp):
+                # aiokafka seeks only partitions whose committed offset is above 0; the
+                # others stay where records fetched and dropped during the restore left
+                # them, past records never delivered. A delivery worker restarted before
+                # its first commit of the delivery log so waited for that log for ever.
+                await self.seek(tp, 0)
             task = self.tasks.get(tp)
             if task is not None:
-                task.offsets.sought_to_committed(internals.committed_offset(self, tp) or 0)
+                task.offsets.sought_to_committed(committed or 0)
         self._resume_with_flow.update(self._resume_after_seek & assignment)
         self._resume_after_seek.clear()
         log.info("stream partitions sought to committed offsets")

@@ -8,7 +8,7 @@ import asyncio
 import inspect
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -121,6 +121,17 @@ def test_the_worker_leaves_the_root_logger_at_the_level_asked_for() -> None:
     assert logger.level == logging.WARNING and len(logger.handlers) == 1
 
 
+def unconnected_consumer(callback: Callable[..., Awaitable[None]]) -> Any:
+    """The app's consumer class, never started: its fetcher and seeks replaced by fakes."""
+    return ExactlyOnceConsumer(
+        app.transport,
+        callback=callback,
+        on_partitions_revoked=None,
+        on_partitions_assigned=None,
+        loop=asyncio.get_running_loop(),
+    )
+
+
 async def _fetched_around_a_seek_back(read: Any) -> list[int]:
     """Runs faust's own fetcher loop over two fetches of a partition: a record (10)
     fetched before a seek back to 5, which the agent receives, skips and seeks back
@@ -145,13 +156,7 @@ async def _fetched_around_a_seek_back(read: Any) -> list[int]:
             if isinstance(read, internals.LastReadOffsets):
                 read.hold(tp, 5)
 
-    consumer: Any = ExactlyOnceConsumer(
-        app.transport,
-        callback=callback,
-        on_partitions_revoked=None,
-        on_partitions_assigned=None,
-        loop=asyncio.get_running_loop(),
-    )
+    consumer = unconnected_consumer(callback)
     consumer._read_offset = read
     consumer.getmany = getmany
     await consumer._drain_messages(fetcher)
@@ -188,3 +193,27 @@ def test_the_consumer_s_last_read_offsets_are_the_held_kind() -> None:
     consumer: Any = app.consumer
     assert consumer._read_offset is consumer.last_read
     assert isinstance(consumer.last_read, internals.LastReadOffsets)
+
+
+async def test_stream_partitions_without_a_committed_offset_are_sought_to_their_start() -> None:
+    # faust's seek to committed offsets leaves them where an earlier fetch left them,
+    # its records dropped during the restore and never delivered.
+    changelog = TP(table.changelog_topic.get_topic_name(), 0)
+    committed = {TP("events", 0): 12, TP("events", 1): None, TP("events", 2): 0, changelog: None}
+    sought: dict[TP, int] = {}
+
+    async def seek_to_committed() -> dict[TP, int | None]:
+        for tp, offset in committed.items():
+            if offset:
+                sought[tp] = offset
+        return committed
+
+    async def seek(tp: TP, offset: int) -> None:
+        sought[tp] = offset
+
+    consumer = unconnected_consumer(seek)
+    consumer.assignment = lambda: set(committed)
+    consumer.seek_to_committed = seek_to_committed
+    consumer._seek = seek
+    await consumer.perform_seek()
+    assert sought == {TP("events", 0): 12, TP("events", 1): 0, TP("events", 2): 0}
