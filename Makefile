@@ -26,8 +26,8 @@ delivery: setup       ## once-only delivery: 10,000 orders, every mode, 5 kills 
 bench: setup          ## the benchmark suite (about 15 minutes); writes docs/BENCHMARKS.md
 	$(PY) -m bench
 
-test: setup browser    ## run every test (starts a broker if none is running)
-	$(PY) -m pytest
+test: setup browser    ## run every test (starts a broker if none is running); a test still running after 15 minutes fails
+	$(PY) -m pytest --timeout 900
 
 test-fast: setup       ## unit tests only: no broker
 	$(PY) -m pytest tests/unit

@@ -142,10 +142,16 @@ async def produce_orders(pipeline: Pipeline, records: Orders, rate: float = 0) -
     await produce(records, conf.bootstrap_servers, conf.delivery_source, rate, False)
 
 
-async def when_applied(api: OrderApi, workers: list[Worker], count: float) -> None:
+async def when_applied(
+    api: OrderApi, workers: list[Worker], count: float, timeout: float = 300
+) -> None:
+    deadline = time.monotonic() + timeout
     while sum(api.applied.values()) < count:
         for worker in workers:
             worker.restart_if_exited()
+        if time.monotonic() > deadline:
+            logs = "\n".join(worker.log()[-3000:] for worker in workers)
+            raise AssertionError(f"API: {api.summary()}, not {count:.0f} after {timeout}s\n{logs}")
         await asyncio.sleep(0.1)  # polling the API's progress
 
 
@@ -158,7 +164,9 @@ async def kills(
     pipeline.env_vars["PAIRSTREAM_DELIVERY_CRASH_AFTER_CALLS"] = str(ORDERS // 10)
     worker.start()
     del pipeline.env_vars["PAIRSTREAM_DELIVERY_CRASH_AFTER_CALLS"]
+    deadline = time.monotonic() + 300
     while worker.running:
+        assert time.monotonic() < deadline, f"no crash: {api.summary()}\n{worker.log()[-3000:]}"
         await asyncio.sleep(0.2)  # until the hook kills it
     worker.start()
     for point in sorted(rng.uniform(0.15, 0.9) * ORDERS for _ in range(KILLS)):
