@@ -15,12 +15,15 @@ none of them. The consumer keeps the registry of partition tasks.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
+from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import IllegalOperation
+from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
@@ -34,6 +37,14 @@ log = logging.getLogger(__name__)
 
 
 class ExactlyOnceConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    def _create_worker_consumer(self, transport: Any) -> AIOKafkaConsumer:
+        consumer = super()._create_worker_consumer(transport)
+        # The broker answers one connection's requests in turn, so every offset look-up
+        # of a rebalance or a restore waited behind a fetch of quiet partitions, held
+        # for faust's fixed 1.5 s: about 3 s of each recovery after a kill.
+        internals.set_fetch_max_wait(consumer, settings().fetch_max_wait_seconds)
+        return consumer
+
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         # Only faust's recovery asks: how far to restore each changelog partition.
         # faust reads aiokafka's cached last stable offset, which is None until the
@@ -252,6 +263,16 @@ class ExactlyOnceProducer(faust_aiokafka.Producer):
         return {**super()._settings_extra(), "transaction_timeout_ms": timeout_ms}
 
 
+class ConcurrentTransactionManager(TransactionManager):
+    async def _start_transactions(self, tids: Iterable[str]) -> None:
+        # faust starts one transactional producer after the other. After a kill each
+        # InitProducerId first has the coordinator abort the dead producer's open
+        # transaction (about 0.12 s): 13 in turn took 1.5 s of the recovery. The
+        # producers share nothing, and begin_transaction handles its own errors.
+        await asyncio.gather(*(self.producer.maybe_begin_transaction(tid) for tid in tids))
+
+
 class ExactlyOnceTransport(faust_aiokafka.Transport):
+    TransactionManager = ConcurrentTransactionManager
     Consumer = ExactlyOnceConsumer
     Producer = ExactlyOnceProducer

@@ -15,6 +15,7 @@ from typing import Any
 import faust
 from aiokafka import AIOKafkaConsumer
 from faust.tables.recovery import Recovery
+from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
@@ -36,7 +37,11 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
         "resume_partitions": ("self", "tps"),
         "resume_flow": ("self",),
     },
-    faust_aiokafka.AIOKafkaConsumerThread: {"_highwaters": ("self", "partitions")},
+    faust_aiokafka.AIOKafkaConsumerThread: {
+        "_highwaters": ("self", "partitions"),
+        "_create_worker_consumer": ("self", "transport"),
+    },
+    TransactionManager: {"_start_transactions": ("self", "tids")},
     faust_aiokafka.Producer: {"_settings_extra": ("self",)},
     faust.App: {"_new_transport": ("self",), "_new_producer_transport": ("self",)},
     faust.Worker: {"on_setup_root_logger": ("self", "logger", "level")},
@@ -109,6 +114,12 @@ def client_consumer(thread: Any) -> AIOKafkaConsumer:
     """aiokafka's consumer under faust's consumer thread."""
     consumer: AIOKafkaConsumer = thread._ensure_consumer()
     return consumer
+
+
+def set_fetch_max_wait(consumer: AIOKafkaConsumer, seconds: float) -> None:
+    """How long the broker may hold a fetch of quiet partitions; read when the consumer
+    starts (faust passes a fixed 1.5 s and has no setting for it)."""
+    consumer._fetch_max_wait_ms = int(seconds * 1000)
 
 
 def is_changelog(consumer: Any, tp: TP) -> bool:

@@ -71,6 +71,14 @@ class Settings(BaseSettings):
         " per worker, e.g. a pod name) takes its partitions back at once, without waiting out"
         " the session timeout; a worker stopped for good keeps them until that timeout",
     )
+    fetch_max_wait_seconds: float = Field(
+        0.1,
+        gt=0,
+        le=1.5,
+        description="how long a fetch of quiet partitions waits at the broker; the broker"
+        " answers a connection's requests in turn, so offset look-ups during a rebalance or"
+        " a restore wait behind it (faust uses 1.5 s)",
+    )
     metadata_refresh_seconds: float = Field(
         10.0,
         gt=0,

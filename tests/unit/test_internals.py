@@ -13,17 +13,25 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer
 from faust.exceptions import ConsumerNotStarted
 from faust.types import TP, Message
 
 from app import internals
-from app.consumer import ExactlyOnceConsumer, ExactlyOnceConsumerThread, ExactlyOnceProducer
+from app.consumer import (
+    ConcurrentTransactionManager,
+    ExactlyOnceConsumer,
+    ExactlyOnceConsumerThread,
+    ExactlyOnceProducer,
+)
 from app.faust_app import PairstreamApp, app
+from app.settings import settings
 from app.worker import PairstreamWorker
 from tables.pairing_state import table
-from tests.unit.conftest import Transactions
+from tests.unit.conftest import FakeTransactionalProducer, Transactions
 
 OURS: list[type] = [
+    ConcurrentTransactionManager,
     ExactlyOnceConsumer,
     ExactlyOnceConsumerThread,
     ExactlyOnceProducer,
@@ -96,6 +104,49 @@ async def test_transaction_producer_is_the_one_faust_began_the_transaction_on(
     found = internals.transaction_producer(tid)
     assert found is not None and found[0] is fake and fake.began == 1
     assert isinstance(found[1], asyncio.Lock)
+
+
+async def test_the_worker_s_consumer_fetches_with_our_max_wait() -> None:
+    thread: Any = app.consumer._new_consumer_thread()
+    consumer = thread._create_worker_consumer(app.transport)
+    ours = int(settings().fetch_max_wait_seconds * 1000)
+    assert ours != 1500  # faust's fixed value, which the override replaces
+    assert consumer._fetch_max_wait_ms == ours
+    # aiokafka reads it when it starts, into the fetcher that builds each fetch request
+    assert "fetch_max_wait_ms=self._fetch_max_wait_ms" in inspect.getsource(AIOKafkaConsumer.start)
+
+
+async def test_the_transactional_producers_of_an_assignment_start_together(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    starting: set[str] = set()
+    together: list[int] = []
+
+    class SlowToStart(FakeTransactionalProducer):
+        def __init__(self, tid: str) -> None:
+            super().__init__()
+            self.tid = tid
+
+        async def start(self) -> None:
+            starting.add(self.tid)
+            together.append(len(starting))
+            await asyncio.sleep(0.05)  # an InitProducerId that aborts a dead producer's
+            starting.discard(self.tid)
+
+    producer: Any = app.producer
+    monkeypatch.setattr(producer, "_new_producer", lambda **kw: SlowToStart(kw["transactional_id"]))
+    monkeypatch.setattr(producer, "_ensure_producer", lambda: None)
+    tids = [f"internals-concurrent-{i}" for i in range(5)]
+    manager = app.consumer.transactions
+    assert isinstance(manager, ConcurrentTransactionManager)
+    try:
+        await manager._start_transactions(tids)
+        assert max(together) == len(tids)
+        assert all(producer._transaction_producers[t].began == 1 for t in tids)
+    finally:
+        for tid in tids:
+            producer._transaction_producers.pop(tid, None)
+            producer._trn_locks.pop(tid, None)
 
 
 def test_restore_offsets_reads_the_recovery_s_progress() -> None:
