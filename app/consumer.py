@@ -256,6 +256,29 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
 
 
 class ExactlyOnceProducer(faust_aiokafka.Producer):
+    async def commit_transactions(
+        self,
+        tid_to_offset_map: Mapping[str, Mapping[TP, int]],
+        group_id: str,
+        start_new_transaction: bool = True,
+    ) -> None:
+        # faust commits an assignment's transactions one after the other, three round
+        # trips each (offsets, offset commit, end), while the commit lock holds every
+        # agent. They are independent (each commits only its own partition's records
+        # and offsets), so commit them together; all are tried before an error is
+        # raised, as faust's loop would have raised the first one.
+        commit = super().commit_transactions
+        results = await asyncio.gather(
+            *(
+                commit({tid: offsets}, group_id, start_new_transaction=start_new_transaction)
+                for tid, offsets in tid_to_offset_map.items()
+            ),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
     def _settings_extra(self) -> Mapping[str, Any]:
         # How long a silent (stopped, partitioned) worker's transaction may stay
         # open before the broker aborts it; faust leaves aiokafka's 60 s.

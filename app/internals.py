@@ -42,7 +42,10 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
         "_create_worker_consumer": ("self", "transport"),
     },
     TransactionManager: {"_start_transactions": ("self", "tids")},
-    faust_aiokafka.Producer: {"_settings_extra": ("self",)},
+    faust_aiokafka.Producer: {
+        "_settings_extra": ("self",),
+        "commit_transactions": ("self", "tid_to_offset_map", "group_id", "start_new_transaction"),
+    },
     faust.App: {"_new_transport": ("self",), "_new_producer_transport": ("self",)},
     faust.Worker: {"on_setup_root_logger": ("self", "logger", "level")},
 }

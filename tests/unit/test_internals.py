@@ -10,10 +10,11 @@ import logging
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import ProducerFenced
 from faust.exceptions import ConsumerNotStarted
 from faust.types import TP, Message
 
@@ -144,6 +145,59 @@ async def test_the_transactional_producers_of_an_assignment_start_together(
         assert max(together) == len(tids)
         assert all(producer._transaction_producers[t].began == 1 for t in tids)
     finally:
+        for tid in tids:
+            producer._transaction_producers.pop(tid, None)
+            producer._trn_locks.pop(tid, None)
+
+
+class Committing(FakeTransactionalProducer):
+    """Records how many commits run at once; the one named `fenced` fails."""
+
+    running: ClassVar[set[str]] = set()
+    together: ClassVar[list[int]] = []
+    committed: ClassVar[list[str]] = []
+    fenced: ClassVar[str] = ""
+
+    def __init__(self, tid: str) -> None:
+        super().__init__()
+        self.tid = tid
+
+    async def send_offsets_to_transaction(self, offsets: Any, group_id: str) -> None:
+        self.running.add(self.tid)
+        self.together.append(len(self.running))
+        await asyncio.sleep(0.02)
+
+    async def commit_transaction(self) -> None:
+        await asyncio.sleep(0.02)
+        self.running.discard(self.tid)
+        if self.tid == self.fenced:
+            raise ProducerFenced()
+        self.committed.append(self.tid)
+
+
+async def test_an_assignment_s_transactions_commit_together(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    producer: Any = app.producer
+    monkeypatch.setattr(producer, "_new_producer", lambda **kw: Committing(kw["transactional_id"]))
+    monkeypatch.setattr(producer, "_ensure_producer", lambda: None)
+    tids = [f"internals-commit-{i}" for i in range(4)]
+    offsets = {tid: {TP("events", i): 10 + i} for i, tid in enumerate(tids)}
+    try:
+        for tid in tids:
+            await producer.begin_transaction(tid)
+        await producer.commit_transactions(offsets, "group")
+        assert max(Committing.together) == len(tids)
+        assert sorted(Committing.committed) == tids
+        assert all(producer._transaction_producers[t].began == 2 for t in tids)  # and began again
+
+        Committing.committed.clear()
+        Committing.fenced = tids[1]
+        with pytest.raises(ProducerFenced):
+            await producer.commit_transactions(offsets, "group")
+        assert sorted(Committing.committed) == [t for t in tids if t != tids[1]]  # all tried
+    finally:
+        Committing.fenced = ""
         for tid in tids:
             producer._transaction_producers.pop(tid, None)
             producer._trn_locks.pop(tid, None)
