@@ -99,7 +99,7 @@ async def validate_deposits(stream: Any) -> None:
     async for event in events_once(app, stream):
         message = event.message
         async with exactly_once(app, event) as task:
-            state = TableWriter(accounts, message.partition, task.outbox)
+            state = TableWriter(accounts, task)
             if message.topic == ACCOUNTS:
                 change = parse_account_change(message.key, message.value)
                 assert not isinstance(change, str)  # route passed it
@@ -141,7 +141,7 @@ async def keep_ledger(stream: Any) -> None:
             value: bytes | None = message.value
             assert value is not None  # written by validate_deposits
             account, amount, balance = parse_validated(value)
-            totals = TableWriter(ledger, message.partition, task.outbox)
+            totals = TableWriter(ledger, task)
             stored = totals.get(account.encode())
             after = add(None if stored is None else decode_totals(stored), amount, balance)
             totals.put(account.encode(), encode_totals(after))

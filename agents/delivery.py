@@ -120,7 +120,7 @@ async def deliver(stream: Any) -> None:
             deliveries = opened
         caught_up = False
         async with exactly_once(app, event) as task:
-            store = DeliveryStore(partition, task.outbox)
+            store = DeliveryStore(task)
             if message.topic == BY_ID:
                 take(store, deliveries, message)
             else:
@@ -188,7 +188,7 @@ def apply_log(store: DeliveryStore, deliveries: PartitionDeliveries, message: An
 def resume(deliveries: PartitionDeliveries) -> None:
     """The log is caught up: decide about every stored message not yet final."""
     number = deliveries.partition
-    stored = list(stored_entries(number))
+    stored = list(stored_entries(app.partition_tasks.local_state, number))
     deliveries.finals = [(e.at_ms, i) for i, e in stored if e.terminal]
     heapq.heapify(deliveries.finals)
     deliveries.stream_time_ms = max((e.at_ms for _, e in stored), default=0)

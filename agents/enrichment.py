@@ -80,7 +80,7 @@ def load(task: PartitionTask) -> Enricher:
         int(conf.enrichment_bound_seconds * 1_000_000), conf.enrichment_max_wait_seconds
     )
     rows, waiting = f"r:{task.tp.partition}:".encode(), f"w:{task.tp.partition}:".encode()
-    for key, value in state.data.items():
+    for key, value in TableWriter(state, task).items():
         if key.startswith(rows):
             enricher.rows[key[len(rows) :].decode()] = None if value == DELETED else value
         elif key.startswith(waiting):
@@ -101,7 +101,7 @@ async def enrich(stream: Any) -> None:
             pair_task = tasks.get(TP(conf.pairs_topic, partition))
             assert pair_task is not None  # assigned together with this partition
             enricher = pair_task.processor(Enricher, load)
-            table = TableWriter(state, partition, task.outbox)
+            table = TableWriter(state, task)
             if message.topic == ROWS:
                 if value == TICK:
                     out = enricher.tick(time.time())

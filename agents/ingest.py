@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 def load_source(task: PartitionTask) -> SourceProgress:
     """An input partition's progress, as last committed (a partition task's processor)."""
-    return SourceProgress(stored_progress(task.tp.partition), time.time())
+    return SourceProgress(stored_progress(task), time.time())
 
 
 def watermark_records(partition: int, source: SourceProgress) -> list[Record]:
@@ -86,7 +86,7 @@ async def ingest(stream: Any) -> None:
             before = source.progress_us
             stamp = source.observe(parsed.time_us, time.time())
             if stamp != before:
-                store_progress(message.partition, stamp, outbox)
+                store_progress(task, stamp)
             if source.must_announce:
                 # Newly assigned, or back from idle: ahead of its event, so that no
                 # keyed partition takes this partition as idle when the event arrives.

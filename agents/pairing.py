@@ -47,7 +47,7 @@ class KeyedPartition:
     __slots__ = ("engine", "state")
 
     def __init__(self, task: PartitionTask) -> None:
-        self.state = PartitionState(task.tp.partition, task.outbox)
+        self.state = PartitionState(task)
         self.engine = PairingPartition.load(
             self.state, conf.pairing, self.state.clock(), time.time()
         )

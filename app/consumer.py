@@ -85,6 +85,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
             result: bool = await super()._commit_tps(tps, start_new_transaction)
             if result:
                 moved = [tp for tp in tps if internals.committed_offset(self, tp) != before[tp]]
+                self.tasks.local_state.committed(set(moved))
                 self.tasks.stats.committed(moved, time.time())
                 if moved and self.tasks.commit_listeners:
                     offsets = {tp: internals.committed_offset(self, tp) or 0 for tp in moved}

@@ -142,19 +142,16 @@ async def exactly_once(app: PairstreamApp, event: EventT[Any]) -> AsyncIterator[
     task = tasks.get(tp)
     assert task is not None  # events_once yields only events of assigned partitions
     outbox = task.outbox  # empty: every step clears it on the way out
-    completed = False
     try:
         yield task
         async with tasks.commit_lock:
-            await send_in_transaction(app, tp, outbox.records)
+            task.writes.sent(await send_in_transaction(app, tp, outbox.records))
             event.ack()
             task.offsets.processed(event.message.offset)
         tasks.stats.processed(tp, outbox.counts, time.time())
-        completed = True
     finally:
         outbox.clear()
-        if not completed:
-            tasks.interrupted_steps += 1
+        task.writes.discard()  # a step cut off: its writes are not in any transaction
 
 
 async def caught_up(app: PairstreamApp, tp: TP) -> bool:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import faust
+import rocksdict
 from aiokafka import AIOKafkaConsumer
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import TransactionManager
@@ -136,6 +137,17 @@ def transaction_producer(transactional_id: str) -> tuple[Any, asyncio.Lock] | No
     if producer is None:
         return None
     return producer, faust_aiokafka.Producer._trn_locks[transactional_id]
+
+
+def local_partition(table: Any, partition: int) -> Any:
+    """The rocksdict database of one partition of a table's local store, opened on
+    first use (faust routes its own reads and writes by the current event)."""
+    return table.data._db_for_partition(partition)
+
+
+def local_write_batch() -> Any:
+    """A write batch for `local_partition`'s databases, which faust opens in raw mode."""
+    return rocksdict.WriteBatch(raw_mode=True)
 
 
 def restore_offsets(recovery: Recovery, tp: TP) -> tuple[int | None, int | None]:

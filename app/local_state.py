@@ -1,51 +1,147 @@
-"""Local RocksDB state is trusted only after a clean stop.
+"""Local RocksDB holds committed table writes only.
 
-faust writes to RocksDB at once, whatever becomes of the Kafka transaction, so
-after a kill -9 the local tables may hold writes of aborted transactions. Then
-we delete them and faust rebuilds them from the changelog (read_committed),
-which holds committed writes only.
+faust writes a table's RocksDB at once, whatever becomes of the transaction that
+carries the changelog record, so after a kill -9 its local tables could hold writes
+of aborted transactions and had to be rebuilt from the whole changelog. Here a step's
+writes are staged (`StepWrites`); once the step's records are sent into its
+transaction they become uncommitted writes of their table partition
+(`LocalPartition`); and they reach RocksDB only after the transactions of every
+partition task that wrote them have committed: in one write batch per table
+partition, with faust's persisted changelog offset (that of the last changelog record
+the batch covers). Local RocksDB is then always the changelog up to some offset at
+or after the persisted one, and faust's restore reads only what follows it.
+
+Reads in a step see the step's own writes, then the partition's uncommitted ones,
+then RocksDB.
 """
 
 from __future__ import annotations
 
-import logging
-import shutil
-from pathlib import Path
-from typing import Any
+import asyncio
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
 
-from app.faust_app import app
+from faust.types import TP
 
-log = logging.getLogger(__name__)
-_checked = False
+from app import internals
 
-
-def _marker() -> Path:
-    return Path(app.conf.datadir) / "clean-shutdown"
+Value = bytes | None  # None: deleted
+_ABSENT: Final = object()
 
 
-@app.on_worker_init.connect  # type: ignore[arg-type]  # mode types the receiver as a Union mypy cannot match
-def discard_state_after_crash(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
-    global _checked
-    if _checked:  # faust sends on_worker_init twice (from the CLI and from the app)
-        return
-    _checked = True
-    marker = _marker()
-    if marker.exists():
-        marker.unlink()
-        return
-    tables = Path(app.conf.tabledir)
-    if tables.exists():
-        log.warning("no clean-shutdown marker: discarding %s, restoring from changelogs", tables)
-        shutil.rmtree(tables)
+class LocalPartition:
+    """One partition of a table on this worker: its local RocksDB and the writes over it
+    whose transactions have not all committed yet."""
+
+    __slots__ = ("last_sent", "partition", "table", "uncommitted")
+
+    def __init__(self, table: Any, partition: int) -> None:
+        self.table = table
+        self.partition = partition
+        self.uncommitted: dict[bytes, Value] = {}
+        # Per partition task that wrote here: the delivery of the last changelog record
+        # it sent. One producer's records reach a partition in order, so that one has
+        # its highest offset.
+        self.last_sent: dict[TP, asyncio.Future[Any]] = {}
+
+    def get(self, key: bytes) -> Value:
+        found = self.uncommitted.get(key, _ABSENT)
+        if found is not _ABSENT:
+            return found  # type: ignore[return-value]  # a Value: _ABSENT is not stored
+        stored: Value = internals.local_partition(self.table, self.partition).get(key)
+        return stored
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        db = internals.local_partition(self.table, self.partition)
+        offset_key = self.table.data.offset_key
+        for key, value in db.items():
+            if key != offset_key and key not in self.uncommitted:
+                yield key, value
+        for key, maybe in list(self.uncommitted.items()):
+            if maybe is not None:
+                yield key, maybe
+
+    def write_committed(self) -> None:
+        """Write the uncommitted writes to RocksDB: every transaction that carries them
+        has committed."""
+        batch = internals.local_write_batch()
+        for key, value in self.uncommitted.items():
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        offsets = [
+            sent.result().offset
+            for sent in self.last_sent.values()
+            if sent.done() and not sent.cancelled() and sent.exception() is None
+        ]
+        if len(offsets) == len(self.last_sent):
+            # Otherwise (never seen: a commit waits for every delivery) the persisted
+            # offset stays behind, which only makes the next restore read more.
+            batch.put(self.table.data.offset_key, str(max(offsets)).encode())
+        internals.local_partition(self.table, self.partition).write(batch)
+        self.uncommitted.clear()
+        self.last_sent.clear()
 
 
-@app.on_before_shutdown.connect  # type: ignore[arg-type]  # see above
-async def mark_clean_shutdown(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
-    # faust sends this signal after a crash too (e.g. a fenced producer), when
-    # local tables may hold writes of a transaction that was aborted.
-    if app.crashed or not app.partition_tasks.local_state_is_committed():
-        log.warning("unclean shutdown: local tables will be rebuilt from changelogs")
-        return
-    marker = _marker()
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text("the worker stopped cleanly; local tables match the changelogs\n")
+class LocalState:
+    """This worker's table partitions, with their uncommitted writes. A partition stays
+    once created: the processors of partition tasks keep it."""
+
+    def __init__(self) -> None:
+        self._partitions: dict[tuple[str, int], LocalPartition] = {}
+
+    def partition(self, table: Any, partition: int) -> LocalPartition:
+        key = (table.name, partition)
+        found = self._partitions.get(key)
+        if found is None:
+            found = self._partitions[key] = LocalPartition(table, partition)
+        return found
+
+    def committed(self, tps: set[TP]) -> None:
+        """The transactions of `tps` have committed: write every table partition whose
+        writers are all among them."""
+        for local in self._partitions.values():
+            if local.uncommitted and local.last_sent.keys() <= tps:
+                local.write_committed()
+
+    def revoked(self, tps: set[TP]) -> None:
+        """Forget writes that partition tasks of `tps` left uncommitted: their
+        transactions are aborted (or, committed unseen, restored from the changelog)."""
+        for local in self._partitions.values():
+            if not local.last_sent.keys().isdisjoint(tps):
+                local.uncommitted.clear()
+                local.last_sent.clear()
+
+
+class StepWrites:
+    """The table writes of a partition task's current step."""
+
+    __slots__ = ("_staged", "local_state", "tp")
+
+    def __init__(self, tp: TP, local_state: LocalState) -> None:
+        self.tp = tp
+        self.local_state = local_state
+        # (partition, key) -> (value, index of its changelog record in the outbox)
+        self._staged: dict[tuple[LocalPartition, bytes], tuple[Value, int]] = {}
+
+    def get(self, local: LocalPartition, key: bytes) -> Value:
+        staged = self._staged.get((local, key))
+        return local.get(key) if staged is None else staged[0]
+
+    def stage(self, local: LocalPartition, key: bytes, value: Value, record: int) -> None:
+        self._staged[(local, key)] = (value, record)
+
+    def sent(self, deliveries: Sequence[asyncio.Future[Any]]) -> None:
+        """The step's records are sent into its transaction (`deliveries` in outbox order)."""
+        last: dict[LocalPartition, int] = {}
+        for (local, key), (value, record) in self._staged.items():
+            local.uncommitted[key] = value
+            if record > last.get(local, -1):
+                last[local] = record
+        for local, record in last.items():
+            local.last_sent[self.tp] = deliveries[record]
+        self._staged.clear()
+
+    def discard(self) -> None:
+        self._staged.clear()

@@ -1,7 +1,7 @@
 """The worker: the Faust app and everything that registers with it on import."""
 
 from agents import ingest, pairing
-from app import local_state, web
+from app import web
 from app.faust_app import app
 from app.settings import settings
 
@@ -12,4 +12,4 @@ if settings().enrichment_enabled:
 if settings().chain_enabled:
     from agents import chain  # noqa: F401  (registers its agents and /accounts)
 
-__all__ = ["app", "ingest", "local_state", "pairing", "web"]
+__all__ = ["app", "ingest", "pairing", "web"]

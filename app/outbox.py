@@ -50,19 +50,25 @@ def transactional_id(app: AppT, tp: TP) -> str:
     return f"{app.conf.id}-{app.assignor.group_for_topic(tp.topic)}-{tp.partition}"
 
 
-async def send_in_transaction(app: AppT, tp: TP, records: list[Record]) -> None:
-    """Send into the open transaction that carries tp's offsets. The caller holds the
-    commit lock (PartitionTasks.commit_lock), so no commit comes in between."""
+async def send_in_transaction(
+    app: AppT, tp: TP, records: list[Record]
+) -> list[asyncio.Future[Any]]:
+    """Send into the open transaction that carries tp's offsets, and return the
+    records' deliveries. The caller holds the commit lock
+    (PartitionTasks.commit_lock), so no commit comes in between."""
     tid = transactional_id(app, tp)
     transaction = internals.transaction_producer(tid)
     if transaction is None:
         # Sending without the transaction would break exactly-once: stop instead.
         raise DeliveryFailed(f"no open transaction {tid} for {tp}")
     producer, lock = transaction
+    deliveries = []
     async with lock:
         for topic, key, value, partition in records:
             delivery = await producer.send(topic, value, key=key, partition=partition)
             delivery.add_done_callback(_crash_on_failure(app, tid))
+            deliveries.append(delivery)
+    return deliveries
 
 
 def _crash_on_failure(app: Any, tid: str) -> Any:

@@ -1,11 +1,12 @@
 """Partition tasks: one per partition assigned to this worker, created on assignment
 and dropped on revocation (app/consumer.py keeps the registry up to date).
 
-A task owns where processing of its partition stands (`offsets`), its outbox, and
-what the agent that consumes it keeps for the partition (its `processor`: ingest's
-event-time progress, pairing's rule engine over its state). The registry holds what
-the tasks share: the lock between steps and commits, the closing gate of a
-rebalance or stop, the commit hooks, and the worker's stats.
+A task owns where processing of its partition stands (`offsets`), its outbox, the
+table writes of its current step (`writes`), and what the agent that consumes it keeps
+for the partition (its `processor`: ingest's event-time progress, pairing's rule engine
+over its state). The registry holds what the tasks share: the lock between steps and
+commits, the closing gate of a rebalance or stop, the table writes not yet committed
+(`local_state`), the commit hooks, and the worker's stats.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TypeVar
 
 from faust.types import TP
 
+from app.local_state import LocalState, StepWrites
 from app.outbox import Outbox, Record
 from app.progress import Progress
 from app.stats import Stats
@@ -24,12 +26,13 @@ P = TypeVar("P")
 
 
 class PartitionTask:
-    __slots__ = ("_processor", "offsets", "outbox", "tp")
+    __slots__ = ("_processor", "offsets", "outbox", "tp", "writes")
 
-    def __init__(self, tp: TP) -> None:
+    def __init__(self, tp: TP, local_state: LocalState) -> None:
         self.tp = tp
         self.offsets = Progress()
         self.outbox = Outbox()
+        self.writes = StepWrites(tp, local_state)
         self._processor: object | None = None
 
     def processor(self, kind: type[P], create: Callable[[PartitionTask], P]) -> P:
@@ -57,9 +60,7 @@ class PartitionTasks:
         # ended) while its RocksDB writes stayed; the next assignment consumes it again
         # from the committed offset.
         self.closing = False
-        # Steps that wrote state but were cut off before their records were sent and
-        # acked: local tables then hold writes that no transaction will commit.
-        self.interrupted_steps = 0
+        self.local_state = LocalState()
         # Per input topic: the records each of its partitions adds to its transaction
         # just before a commit (ingest: the partition's event-time progress).
         self.commit_hooks: dict[str, Callable[[PartitionTask], list[Record]]] = {}
@@ -76,12 +77,14 @@ class PartitionTasks:
         self.closing = False
         self.restored.clear()
         for tp in tps:
-            self._by_tp.setdefault(tp, PartitionTask(tp))
+            if tp not in self._by_tp:
+                self._by_tp[tp] = PartitionTask(tp, self.local_state)
 
     def revoked(self, tps: set[TP]) -> None:
         # A new assignment starts from the committed offset; anything after it that
         # was not committed was aborted, and must be processed again.
         self.restored.clear()
+        self.local_state.revoked(tps)
         for tp in tps:
             self._by_tp.pop(tp, None)
 
@@ -94,6 +97,3 @@ class PartitionTasks:
 
     def before_commit(self, topic: str, records: Callable[[PartitionTask], list[Record]]) -> None:
         self.commit_hooks[topic] = records
-
-    def local_state_is_committed(self) -> bool:
-        return self.interrupted_steps == 0

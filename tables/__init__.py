@@ -1,12 +1,14 @@
 """State declarations: changelog-backed RocksDB tables of raw bytes, which our own
-codecs write and read, and whose changelog records go into the event's transaction."""
+codecs write and read, and whose changelog records go into the event's transaction.
+Steps write them through `TableWriter` only."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from app.faust_app import app
-from app.outbox import Outbox
+from app.partition_tasks import PartitionTask
 
 
 def bytes_table(name: str, partitions: int) -> Any:
@@ -20,26 +22,37 @@ def bytes_table(name: str, partitions: int) -> Any:
 
 
 class TableWriter:
-    """One partition of a bytes table, written inside a step of that partition: to the
-    local RocksDB at once, and to the changelog through the step's outbox (so both
-    commit with the step's offset). Reads go to the step's partition."""
+    """One partition of a bytes table, written inside a step of that partition's task:
+    to the changelog through the step's outbox, and to the local RocksDB once the
+    step's transaction has committed (app/local_state.py). Reads see the step's own
+    writes and the partition's uncommitted ones."""
 
-    __slots__ = ("_changelog", "_table", "outbox", "partition")
+    __slots__ = ("_changelog", "_local", "_writes", "outbox")
 
-    def __init__(self, table: Any, partition: int, outbox: Outbox) -> None:
-        self._table = table
+    def __init__(self, table: Any, task: PartitionTask) -> None:
         self._changelog = table.changelog_topic.get_topic_name()
-        self.partition = partition
-        self.outbox = outbox
+        self._writes = task.writes
+        self._local = task.writes.local_state.partition(table, task.tp.partition)
+        self.outbox = task.outbox
+
+    @property
+    def partition(self) -> int:
+        return self._local.partition
 
     def get(self, key: bytes) -> bytes | None:
-        value: bytes | None = self._table.data.get(key)
-        return value
+        return self._writes.get(self._local, key)
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        """The partition's entries, uncommitted writes included (not the step's own)."""
+        return self._local.items()
 
     def put(self, key: bytes, value: bytes) -> None:
-        self._table.data[key] = value
-        self.outbox.send(self._changelog, key, value, self.partition)
+        self._write(key, value)
 
     def delete(self, key: bytes) -> None:
-        del self._table.data[key]
-        self.outbox.send(self._changelog, key, None, self.partition)
+        self._write(key, None)
+
+    def _write(self, key: bytes, value: bytes | None) -> None:
+        outbox = self.outbox
+        self._writes.stage(self._local, key, value, len(outbox.records))
+        outbox.send(self._changelog, key, value, self._local.partition)

@@ -1,18 +1,19 @@
 """The processed-message store of delivery: a changelog-backed RocksDB table keyed by
 message identity (pairing/delivery.py), partitioned like the delivery's re-keyed input.
 
-As with the pairing state, a step writes the local RocksDB at once and the changelog
-record into its partition task's outbox, so both commit with the step's offset.
+As with the pairing state, a step writes the changelog record into its partition
+task's outbox, so it commits with the step's offset, and the local RocksDB once that
+has committed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from app.outbox import Outbox
+from app.local_state import LocalState
+from app.partition_tasks import PartitionTask
 from app.settings import settings
 from pairing.delivery import Entry, decode_entry, encode_entry
-from pairing.routing import partition_for
 from tables import TableWriter, bytes_table
 
 conf = settings()
@@ -21,12 +22,12 @@ table = bytes_table("deliveries", conf.partitions)
 
 
 class DeliveryStore:
-    """The entries of one partition, written inside a step of that partition."""
+    """The entries of one partition, written inside a step of its task."""
 
-    def __init__(self, partition: int, outbox: Outbox) -> None:
-        self._writer = TableWriter(table, partition, outbox)
-        self.partition = partition
-        self.outbox = outbox
+    def __init__(self, task: PartitionTask) -> None:
+        self._writer = TableWriter(table, task)
+        self.partition = task.tp.partition
+        self.outbox = task.outbox
 
     def get(self, identity: str) -> Entry | None:
         raw = self._writer.get(identity.encode())
@@ -39,10 +40,8 @@ class DeliveryStore:
         self._writer.delete(identity.encode())
 
 
-def stored_entries(partition: int) -> Iterator[tuple[str, Entry]]:
-    """Every entry of a partition this worker holds (outside a step: the scan at the end
-    of a catch-up)."""
-    for raw_key, raw_value in table.data.items():
-        identity = raw_key.decode()
-        if partition_for(identity, conf.partitions) == partition:
-            yield identity, decode_entry(raw_value)
+def stored_entries(local_state: LocalState, partition: int) -> Iterator[tuple[str, Entry]]:
+    """Every entry of a partition, uncommitted ones included (outside a step: the scan
+    at the end of a catch-up)."""
+    for raw_key, raw_value in local_state.partition(table, partition).items():
+        yield raw_key.decode(), decode_entry(raw_value)

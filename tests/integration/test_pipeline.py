@@ -9,7 +9,11 @@ import zlib
 from pathlib import Path
 
 import pytest
+import rocksdict
+from aiokafka import TopicPartition
+from faust.stores.rocksdb import Store
 
+from app.kafka_admin import read_committed
 from tests.integration.harness import (
     Pipeline,
     compare,
@@ -203,12 +207,10 @@ async def test_state_survives_a_restart(broker: str, tmp_path: Path, lose_data_d
             expected_first = await pipeline.expected()
             await wait_for_outputs(reader, expected_total(expected_first), timeout=180)
             worker.stop()
-            assert (worker.data_dir / "clean-shutdown").exists()
             if lose_data_dir:
                 shutil.rmtree(worker.data_dir)
             worker.start()
             await worker.wait_ready()
-            assert "discarding" not in worker.log()  # a clean stop keeps local state
             await pipeline.produce(second)
             expected = await pipeline.expected()
             await wait_for_outputs(reader, expected_total(expected), timeout=180)
@@ -218,3 +220,70 @@ async def test_state_survives_a_restart(broker: str, tmp_path: Path, lose_data_d
         worker.kill()
     assert expected_first.pending  # some events wait across the restart
     assert compare(outputs, expected) == {}
+
+
+async def test_after_a_kill_local_state_is_the_committed_changelog(
+    broker: str, tmp_path: Path
+) -> None:
+    """kill -9 while a live stream flows: each local partition of the pairing state
+    holds exactly what the committed changelog holds up to the offset faust restores
+    from (nothing of an aborted or open transaction); restarted on it, the worker
+    gives the model's outputs."""
+    records = generate(StreamShape(count=8000, seed=37))
+    pipeline = await Pipeline(broker, tmp_path).create_topics()
+    worker = pipeline.worker()
+    try:
+        async with OutputReader(pipeline.conf) as reader:
+            worker.start()
+            await worker.wait_ready()
+            producing = asyncio.create_task(pipeline.produce(records, rate=2000))
+            await wait_for_outputs(reader, 1500, timeout=180)
+            worker.kill()
+            await producing
+        changelog = f"{pipeline.conf.app_id}-pairing-state-changelog"
+        for partition in range(pipeline.conf.partitions):
+            [path] = worker.data_dir.glob(f"**/*pairing-state-{partition}.db")
+            local, persisted = read_local_partition(path)
+            assert persisted is not None, f"partition {partition}: nothing committed to it"
+            assert local == await changelog_state(pipeline, changelog, partition, persisted)
+        worker.start()
+        await worker.wait_ready()
+        expected = await pipeline.expected()
+        outputs = await finish(pipeline, [worker], expected)
+    finally:
+        worker.kill()
+    assert compare(outputs, expected) == {}
+
+
+def read_local_partition(path: Path) -> tuple[dict[bytes, bytes], int | None]:
+    """A partition's RocksDB as the killed worker left it, and faust's persisted offset."""
+    db = rocksdict.Rdict(
+        str(path), rocksdict.Options(raw_mode=True), access_type=rocksdict.AccessType.read_only()
+    )
+    try:
+        entries = dict(db.items())
+    finally:
+        db.close()
+    persisted = entries.pop(Store.offset_key, None)
+    return entries, None if persisted is None else int(persisted)
+
+
+async def changelog_state(
+    pipeline: Pipeline, topic: str, partition: int, last: int
+) -> dict[bytes, bytes]:
+    """A changelog partition's committed records up to offset `last`, applied in order."""
+    state: dict[bytes, bytes] = {}
+    tp = TopicPartition(topic, partition)
+    async with read_committed(pipeline.conf) as consumer:
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        while await consumer.position(tp) <= last:
+            batch = await consumer.getmany(tp, timeout_ms=1000)
+            for message in batch.get(tp, []):
+                if message.offset > last:
+                    break
+                if message.value is None:
+                    state.pop(message.key, None)
+                else:
+                    state[message.key] = message.value
+    return state

@@ -9,9 +9,11 @@ import inspect
 import logging
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
+import faust
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import ProducerFenced
@@ -322,3 +324,18 @@ async def test_stream_partitions_without_a_committed_offset_are_sought_to_their_
     consumer._seek = seek
     await consumer.perform_seek()
     assert sought == {TP("events", 0): 12, TP("events", 1): 0, TP("events", 2): 0}
+
+
+def test_local_partition_is_the_database_faust_reads_and_restores_from(tmp_path: Path) -> None:
+    other = faust.App("internals-local-partition", datadir=str(tmp_path), store="rocksdb://")
+    state = other.Table(
+        "state", partitions=2, key_type=bytes, value_type=bytes, options={"driver": "rocksdict"}
+    )
+    changelog = TP(state.changelog_topic.get_topic_name(), 1)
+    batch = internals.local_write_batch()
+    batch.put(b"key", b"value")
+    batch.put(state.data.offset_key, b"17")
+    internals.local_partition(state, 1).write(batch)
+    assert state.data.get(b"key") == b"value"  # faust finds it, outside any event
+    assert state.data.persisted_offset(changelog) == 17  # where its restore starts
+    assert state.data.persisted_offset(TP(changelog.topic, 0)) is None
