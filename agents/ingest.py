@@ -8,9 +8,12 @@ inside that partition's transactions): docs/event-time.md.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
+
+from faust.types import TP
 
 from app.exactly_once import caught_up, events_once, exactly_once
 from app.faust_app import app
@@ -57,6 +60,36 @@ def tell_before_commit(task: PartitionTask) -> list[Record]:
 
 
 app.partition_tasks.before_commit(conf.events_topic, tell_before_commit)
+
+
+async def hold_handed_over_sources(revoked: set[TP]) -> None:
+    """Idle input partitions given up hold the watermark again (docs/event-time.md):
+    told outside any transaction, like their idleness, and in the keyed partitions
+    before the revocation ends, so before their next owner reads anything."""
+    handed_over = []
+    for tp in sorted(revoked):
+        task = app.partition_tasks.get(tp) if tp.topic == conf.events_topic else None
+        source = None if task is None else task.loaded(SourceProgress)
+        if source is not None and source.handed_over():
+            handed_over.append((tp, source))
+    if not handed_over:
+        return
+    try:
+        deliveries = []
+        for tp, source in handed_over:
+            for topic, key, value, partition in watermark_records(tp.partition, source):
+                deliveries.append(await app.producer.send(topic, key, value, partition, None, None))
+        await asyncio.gather(*deliveries)
+    except Exception as exc:  # a stop may have closed the producer: go on stopping
+        log.warning(
+            "idle input partitions %s handed over, but the keyed partitions may not know: %r;"
+            " their records that land before the next owner reads them can come out late",
+            [tp for tp, _ in handed_over],
+            exc,
+        )
+
+
+app.partition_tasks.revoke_hooks.append(hold_handed_over_sources)
 
 
 @app.agent(events)

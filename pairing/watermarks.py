@@ -134,5 +134,15 @@ class SourceProgress:
         self.idle = True
         self.must_announce = True  # its next event tells the keyed partitions at once
 
+    def handed_over(self) -> bool:
+        """The source is given up (a rebalance or a stop). Whether the keyed partitions
+        must be told that it is no longer idle: records that land on it before its next
+        owner has caught up on them must not meet a watermark that ran ahead without
+        them, so it holds the watermark again until that owner declares it idle."""
+        if not self.idle:
+            return False
+        self.idle = False
+        return True
+
     def update(self, source: int, sources: int) -> WatermarkUpdate:
         return WatermarkUpdate(source, sources, self.progress_us, self.idle)

@@ -11,10 +11,13 @@ import pytest
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
+from agents import ingest
 from app import consumer, exactly_once, internals
 from app.faust_app import app
 from app.outbox import transactional_id
 from app.partition_tasks import PartitionTask, PartitionTasks
+from pairing.records import WATERMARK_KEY, decode_watermark, loads
+from pairing.watermarks import SourceProgress
 from tests.unit.conftest import Transactions
 
 pytestmark = pytest.mark.usefixtures("own_tasks")
@@ -122,3 +125,36 @@ async def test_waiting_before_a_step_ends_when_the_flow_stops(
     Consumer.suspend_flow.set()  # a rebalance or a stop begins
     async with asyncio.timeout(5):
         await waiting
+
+
+async def test_idle_input_partitions_given_up_hold_the_watermark_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent: list[tuple[str, bytes, bytes, int]] = []
+
+    async def send(topic: str, key: bytes, value: bytes, partition: int, *_: Any) -> Any:
+        sent.append((topic, key, value, partition))
+        delivered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        delivered.set_result(None)
+        return delivered
+
+    monkeypatch.setattr(app.producer, "send", send)
+    events = ingest.conf.events_topic
+    idle, busy, unloaded = TP(events, 0), TP(events, 1), TP(events, 2)
+    tasks = app.partition_tasks
+    tasks.assigned({idle, busy, unloaded})
+    for tp, went_idle in [(idle, True), (busy, False)]:
+        task = tasks.get(tp)
+        assert task is not None
+        source = task.processor(SourceProgress, lambda _: SourceProgress(40, 0.0))
+        if went_idle:
+            source.went_idle()
+    await ingest.hold_handed_over_sources({idle, busy, unloaded})
+    assert [p for _, _, _, p in sent] == list(range(ingest.conf.partitions))
+    for topic, key, value, _ in sent:
+        update = decode_watermark(loads(value))
+        assert (topic, key) == (ingest.keyed_events.get_topic_name(), WATERMARK_KEY)
+        assert (update.source, update.progress_us, update.idle) == (0, 40, False)
+    sent.clear()
+    await ingest.hold_handed_over_sources({idle})  # told once
+    assert sent == []

@@ -62,3 +62,19 @@ def test_source_progress_stamps_announces_and_goes_idle() -> None:
     source.went_idle()
     assert source.must_announce and source.update(0, 1).idle
     assert not source.goes_idle(200.0, 30.0)  # already idle
+
+
+def test_an_idle_source_handed_over_holds_the_watermark_again() -> None:
+    source = SourceProgress(None, now=100.0)
+    assert not source.handed_over()  # not idle: nothing to take back
+    source.went_idle()
+    clock = EventClock()
+    clock.observe(update(0, 50))
+    clock.observe(update(1, 60))
+    clock.observe(source.update(2, 3))
+    assert clock.watermark_us == 50
+    assert source.handed_over() and not source.idle
+    clock.observe(source.update(2, 3))  # never written, not idle: unknown progress
+    clock.observe(update(0, 90))
+    clock.observe(update(1, 95))
+    assert clock.watermark_us == 50  # held until partition 2 is heard from or idle again
