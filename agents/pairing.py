@@ -70,7 +70,10 @@ async def pair(stream: Any) -> None:
             outbox = task.outbox
             keyed_partition = task.processor(KeyedPartition, KeyedPartition)
             engine = keyed_partition.engine
-            now = time.time()
+            # Max wait's clock: when ingest (or the tick timer) wrote the record. On the
+            # wall clock a pairing stage that falls behind took its own lag for the
+            # watermark standing still, and closed keys whose partner was right behind.
+            now = event.message.timestamp
             value = event.message.value
             assert value is not None  # written by ingest or the tick timer, never empty
             keyed = None
@@ -85,15 +88,15 @@ async def pair(stream: Any) -> None:
                 outbox.count("events_in")
                 keyed = decode_keyed_event(value)
                 outcomes = engine.process(keyed.event, keyed.progress_us, now)
-            publish(outcomes, keyed, outbox, now)
+            publish(outcomes, keyed, outbox)
 
 
-def publish(outcomes: list[Outcome], keyed: KeyedEvent | None, outbox: Outbox, now: float) -> None:
+def publish(outcomes: list[Outcome], keyed: KeyedEvent | None, outbox: Outbox) -> None:
     for outcome in outcomes:
         key = outcome.key.encode()
         if isinstance(outcome, Paired):
             outbox.count("pairs")
-            paired_at = format_time(datetime.fromtimestamp(now, UTC))
+            paired_at = format_time(datetime.now(UTC))
             outbox.send(pairs.get_topic_name(), key, pair_record(outcome, paired_at), None)
         elif isinstance(outcome, Unpaired):
             outbox.count(outcome.reason)

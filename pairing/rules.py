@@ -213,7 +213,8 @@ class PairingPartition:
 
     def process(self, event: Event, progress_us: int, now: float) -> list[Outcome]:
         """Apply the rules to one valid event. `progress_us`: its input partition's
-        progress including it; `now`: the wall clock in seconds."""
+        progress including it; `now`: when its record was written, in seconds (the
+        clock of max wait)."""
         arriving = PendingEvent(event.type, event.value, event.identity, now)
         watermark = self.clock.watermark_us
         horizon = progress_us if watermark is None else max(progress_us, watermark)

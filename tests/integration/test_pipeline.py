@@ -4,22 +4,29 @@ computed from what each input partition holds."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
+import time
 import zlib
 from pathlib import Path
 
 import pytest
 import rocksdict
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from faust.stores.rocksdb import Store
 
 from app.kafka_admin import read_committed
+from pairing.events import Event, EventType, parse_event
+from pairing.records import TICK, WATERMARK_KEY, Source, encode_keyed_event, encode_watermark
+from pairing.routing import partition_for
+from pairing.watermarks import WatermarkUpdate
 from tests.integration.harness import (
     Pipeline,
     compare,
     expected_total,
     finish,
     read_partitions,
+    stop_workers,
     wait_for_outputs,
 )
 from tools.generate import INVALID_RECORDS, Record, StreamShape, generate
@@ -131,6 +138,55 @@ async def test_a_backlog_slower_than_max_wait_loses_no_pair_to_it(
         worker.kill()
     assert compare(outputs, expected) == {}
     assert expected.pairs.total() > 5000
+
+
+async def test_a_pairing_stage_behind_its_input_closes_no_key_by_max_wait(
+    broker: str, tmp_path: Path
+) -> None:
+    """Max wait counts on the keyed records' timestamps (when ingest wrote them), not
+    on the clock of a pairing stage that reaches them later. Written to one keyed
+    partition within a moment, before the worker starts: every source's progress, a B,
+    10,000 watermark records that advance nothing, a tick, and the B's A. Working
+    through them takes the pairing stage longer than max wait (0.5 s); on its own
+    clock it closed the B at the tick (expired) and took the A as late."""
+    pipeline = await Pipeline(broker, tmp_path, PAIRSTREAM_MAX_WAIT_SECONDS="0.5").create_topics()
+    conf = pipeline.conf
+    key = "2024-02-09T21:00:00Z"
+    time_us = 1_707_512_400_000_000
+    keyed = partition_for(key, conf.partitions)
+    marks = [
+        encode_watermark(WatermarkUpdate(s, conf.events_partitions, time_us, idle=False))
+        for s in range(conf.events_partitions)
+    ]
+
+    def event(kind: EventType, value: int) -> bytes:
+        raw = json.dumps({"type": kind, "timestamp": key, "value": value, "id": f"{kind}-1"})
+        parsed = parse_event(raw.encode(), conf.max_event_bytes)
+        assert isinstance(parsed, Event)
+        return encode_keyed_event(parsed, raw.encode(), Source(conf.events_topic, 0, 0), time_us)
+
+    written = [*marks, event("B", 2), *(marks[0] for _ in range(10_000))]
+    written += [TICK, event("A", 1)]
+    producer = AIOKafkaProducer(bootstrap_servers=conf.bootstrap_servers, linger_ms=50)
+    await producer.start()
+    try:
+        at_ms = int(time.time() * 1000)
+        for value in written:
+            record_key = WATERMARK_KEY if value in marks else b"~tick" if value == TICK else None
+            await producer.send(conf.keyed_topic, value, record_key or key.encode(), keyed, at_ms)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    worker = pipeline.worker().start()
+    try:
+        async with OutputReader(conf) as reader:
+            outputs = await wait_for_outputs(reader, 1, 180)
+            await stop_workers([worker])
+            outputs = await reader.read_available()
+    finally:
+        worker.kill()
+    pairs = [(p["a_id"], p["b_id"]) for p in outputs.pairs]
+    assert (pairs, outputs.unpaired) == ([("A-1", "B-1")], [])
 
 
 async def test_never_written_partitions_do_not_stop_expiry_by_event_time(
