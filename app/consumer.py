@@ -27,7 +27,7 @@ from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from app import internals
+from app import internals, predecessor
 from app.kafka_admin import committed_records_between, last_committed_records
 from app.outbox import send_in_transaction, transactional_id
 from app.partition_tasks import PartitionTasks
@@ -37,6 +37,19 @@ log = logging.getLogger(__name__)
 
 
 class ExactlyOnceConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    async def on_start(self) -> None:
+        # Before the join, which a predecessor killed without leaving would hold up
+        # until its session timed out (app/predecessor.py).
+        await predecessor.remove(settings())
+        await super().on_start()
+
+    async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
+        conf = settings()
+        member_id = internals.group_member_id(internals.client_consumer(self))
+        if member_id is not None and conf.group_instance_id is None:
+            predecessor.remember(predecessor.member_file(conf), conf.app_id, member_id)
+        await super().on_partitions_assigned(assigned, generation_id)
+
     def _create_worker_consumer(self, transport: Any) -> AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
         # The broker answers one connection's requests in turn, so every offset look-up

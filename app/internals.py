@@ -14,7 +14,9 @@ from typing import Any
 
 import faust
 import rocksdict
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, errors
+from aiokafka.client import AIOKafkaClient, CoordinationType
+from aiokafka.protocol.group import LeaveGroupRequest
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -41,6 +43,8 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
     faust_aiokafka.AIOKafkaConsumerThread: {
         "_highwaters": ("self", "partitions"),
         "_create_worker_consumer": ("self", "transport"),
+        "on_start": ("self",),
+        "on_partitions_assigned": ("self", "assigned", "generation_id"),
     },
     TransactionManager: {"_start_transactions": ("self", "tids")},
     faust_aiokafka.Producer: {
@@ -153,3 +157,25 @@ def local_write_batch() -> Any:
 def restore_offsets(recovery: Recovery, tp: TP) -> tuple[int | None, int | None]:
     """How far a changelog partition's restore has applied records, and its highwater."""
     return recovery.active_offsets.get(tp), recovery.active_highwaters.get(tp)
+
+
+def group_member_id(consumer: AIOKafkaConsumer) -> str | None:
+    """The member id aiokafka's group coordinator holds for this consumer."""
+    coordinator = consumer._coordinator
+    member_id: str | None = getattr(coordinator, "member_id", None) or None
+    return member_id
+
+
+async def remove_group_member(bootstrap_servers: str, group: str, member_id: str) -> None:
+    """Ask the group's coordinator to remove a member, as if it had left (LeaveGroup on
+    its behalf; aiokafka's client has no public call for it). Raises the broker's error."""
+    client = AIOKafkaClient(bootstrap_servers=bootstrap_servers)
+    await client.bootstrap()
+    try:
+        node_id = await client.coordinator_lookup(CoordinationType.GROUP, group)
+        response = await client.send(node_id, LeaveGroupRequest(group, member_id))
+        error = errors.for_code(response.error_code)
+        if error is not errors.NoError:
+            raise error()
+    finally:
+        await client.close()

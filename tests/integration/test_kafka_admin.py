@@ -1,18 +1,27 @@
-"""The read_committed probes that recovery relies on, against the real broker."""
+"""The broker calls recovery relies on (read_committed probes, removing a dead group
+member), against the real broker."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
+import time
 import uuid
+from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import UnknownMemberIdError
 from faust.types import TP
 
+from app import internals
 from app.kafka_admin import end_offsets, last_committed_records
 from app.settings import Settings
 
 pytestmark = pytest.mark.broker
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def test_the_last_committed_record_is_found_behind_markers_and_aborted_records(
@@ -56,3 +65,73 @@ async def test_the_last_committed_record_is_found_behind_markers_and_aborted_rec
     assert ends == {tps[0]: 37, tps[1]: 2, tps[2]: 43, tps[3]: 0}
     assert await last_committed_records(conf, ends, window=40) == {tps[0]: 4}
     assert await last_committed_records(conf, ends, window=100) == {tps[0]: 4, tps[2]: 0}
+
+
+# A group member that dies without leaving: joins, prints its member id, then waits to
+# be killed. Its session (60 s) outlasts the test's waits.
+DYING_MEMBER = """
+import asyncio, sys
+from aiokafka import AIOKafkaConsumer
+from app import internals
+
+async def main(broker, topic, group):
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=broker, group_id=group, session_timeout_ms=60000
+    )
+    await consumer.start()
+    while not consumer.assignment():
+        await consumer.getmany(timeout_ms=200)
+    print(internals.group_member_id(consumer), flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+async def assigned_within(consumer: AIOKafkaConsumer, seconds: float) -> set[TopicPartition]:
+    # aiokafka joins in the background (getmany would block until it is assigned).
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not consumer.assignment():
+        await asyncio.sleep(0.1)
+    return set(consumer.assignment())
+
+
+async def test_removing_a_dead_member_lets_the_group_rebalance_at_once(broker: str) -> None:
+    """What a worker restarted after kill -9 does for its predecessor (app/predecessor.py)."""
+    topic = f"it-{uuid.uuid4().hex[:10]}-members"
+    group = f"{topic}-group"
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 4, 1)])
+    finally:
+        await admin.close()
+    dying = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        DYING_MEMBER,
+        broker,
+        topic,
+        group,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert dying.stdout is not None
+        member_id = (await asyncio.wait_for(dying.stdout.readline(), 60)).decode().strip()
+    finally:
+        dying.kill()
+        await dying.wait()
+    assert member_id
+    successor = AIOKafkaConsumer(bootstrap_servers=broker, group_id=group)
+    await successor.start()  # with topics given here, start() waits for an assignment
+    successor.subscribe([topic])
+    try:
+        # The coordinator waits for the dead member to rejoin, until its session ends.
+        assert await assigned_within(successor, 6) == set()
+        await internals.remove_group_member(broker, group, member_id)
+        assert await assigned_within(successor, 30) == {TopicPartition(topic, p) for p in range(4)}
+        with pytest.raises(UnknownMemberIdError):
+            await internals.remove_group_member(broker, group, member_id)
+    finally:
+        await successor.stop()

@@ -304,6 +304,8 @@ async def test_after_a_kill_local_state_is_the_committed_changelog(
             assert local == await changelog_state(pipeline, changelog, partition, persisted)
         worker.start()
         await worker.wait_ready()
+        # It did not wait for its predecessor's session to time out (app/predecessor.py).
+        assert "removed the previous member" in worker.log()
         expected = await pipeline.expected()
         outputs = await finish(pipeline, [worker], expected)
     finally:

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import faust
 import pytest
 from aiokafka import AIOKafkaConsumer
+from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance
 from aiokafka.errors import ProducerFenced
 from faust.exceptions import ConsumerNotStarted
 from faust.types import TP, Message
@@ -339,3 +340,16 @@ def test_local_partition_is_the_database_faust_reads_and_restores_from(tmp_path:
     assert state.data.get(b"key") == b"value"  # faust finds it, outside any event
     assert state.data.persisted_offset(changelog) == 17  # where its restore starts
     assert state.data.persisted_offset(TP(changelog.topic, 0)) is None
+
+
+async def test_group_member_id_is_the_one_aiokafka_joined_with() -> None:
+    consumer = AIOKafkaConsumer(group_id="g", bootstrap_servers="127.0.0.1:1")
+    assert internals.group_member_id(consumer) is None  # not started: no coordinator
+    consumer._coordinator = SimpleNamespace(member_id="")  # started, not joined yet
+    assert internals.group_member_id(consumer) is None
+    consumer._coordinator = SimpleNamespace(member_id="faust-1")
+    assert internals.group_member_id(consumer) == "faust-1"
+    # aiokafka's coordinator keeps the id the broker's join answer gave it there.
+    assert "self._coordinator.member_id = response.member_id" in inspect.getsource(
+        CoordinatorGroupRebalance
+    )
