@@ -24,17 +24,23 @@ pytestmark = pytest.mark.broker
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def test_the_last_committed_record_is_found_behind_markers_and_aborted_records(
-    broker: str,
-) -> None:
-    conf = Settings(broker=f"kafka://{broker}")
-    topic = f"it-{uuid.uuid4().hex[:10]}-tails"
+async def new_topic(broker: str, name: str) -> str:
+    """A new topic of 4 partitions."""
+    topic = f"it-{uuid.uuid4().hex[:10]}-{name}"
     admin = AIOKafkaAdminClient(bootstrap_servers=broker)
     await admin.start()
     try:
         await admin.create_topics([NewTopic(topic, 4, 1)])
     finally:
         await admin.close()
+    return topic
+
+
+async def test_the_last_committed_record_is_found_behind_markers_and_aborted_records(
+    broker: str,
+) -> None:
+    conf = Settings(broker=f"kafka://{broker}")
+    topic = await new_topic(broker, "tails")
     producer = AIOKafkaProducer(bootstrap_servers=broker, transactional_id=f"{topic}-tx")
     await producer.start()
     try:
@@ -98,14 +104,8 @@ async def assigned_within(consumer: AIOKafkaConsumer, seconds: float) -> set[Top
 
 async def test_removing_a_dead_member_lets_the_group_rebalance_at_once(broker: str) -> None:
     """What a worker restarted after kill -9 does for its predecessor (app/predecessor.py)."""
-    topic = f"it-{uuid.uuid4().hex[:10]}-members"
+    topic = await new_topic(broker, "members")
     group = f"{topic}-group"
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, 4, 1)])
-    finally:
-        await admin.close()
     dying = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
