@@ -30,7 +30,7 @@ from pairing.records import (
     encode_watermark,
 )
 from pairing.routing import partition_for
-from pairing.watermarks import SourceProgress
+from pairing.watermarks import SourceProgress, WatermarkUpdate
 from tables.source_progress import store_progress, stored_progress
 
 conf = settings()
@@ -42,9 +42,9 @@ def load_source(task: PartitionTask) -> SourceProgress:
     return SourceProgress(stored_progress(task), time.time())
 
 
-def watermark_records(partition: int, source: SourceProgress) -> list[Record]:
+def watermark_records(update: WatermarkUpdate) -> list[Record]:
     """One watermark record for every keyed partition."""
-    value = encode_watermark(source.update(partition, conf.events_partitions))
+    value = encode_watermark(update)
     keyed = keyed_events.get_topic_name()
     return [(keyed, WATERMARK_KEY, value, k) for k in range(conf.partitions)]
 
@@ -54,9 +54,7 @@ def tell_before_commit(task: PartitionTask) -> list[Record]:
     source = task.loaded(SourceProgress)
     if source is None or not source.untold():
         return []
-    records = watermark_records(task.tp.partition, source)
-    source.told()
-    return records
+    return watermark_records(source.announcement(task.tp.partition, conf.events_partitions))
 
 
 app.partition_tasks.before_commit(conf.events_topic, tell_before_commit)
@@ -77,7 +75,8 @@ async def hold_handed_over_sources(revoked: set[TP]) -> None:
     try:
         deliveries = []
         for tp, source in handed_over:
-            for topic, key, value, partition in watermark_records(tp.partition, source):
+            update = source.update(tp.partition, conf.events_partitions)
+            for topic, key, value, partition in watermark_records(update):
                 deliveries.append(await app.producer.send(topic, key, value, partition, None, None))
         await asyncio.gather(*deliveries)
     except Exception as exc:  # a stop may have closed the producer: go on stopping
@@ -122,9 +121,11 @@ async def ingest(stream: Any) -> None:
                 store_progress(task, stamp)
             if source.must_announce:
                 # Newly assigned, or back from idle: ahead of its event, so that no
-                # keyed partition takes this partition as idle when the event arrives.
-                outbox.send_all(watermark_records(message.partition, source))
-                source.told()
+                # keyed partition takes this partition as idle when the event arrives
+                # (told as idle, which it was until this event, it went on counting as
+                # idle until its next progress reached them with a commit).
+                update = source.announcement(message.partition, conf.events_partitions)
+                outbox.send_all(watermark_records(update))
             partition = partition_for(parsed.key, conf.partitions)
             outbox.send(
                 keyed_topic,
@@ -151,5 +152,6 @@ async def declare_idle_partitions() -> None:
             continue
         source.went_idle()
         log.info("input partition %s is idle: it stops holding the watermark back", tp)
-        for topic, key, value, partition in watermark_records(tp.partition, source):
+        update = source.update(tp.partition, conf.events_partitions)
+        for topic, key, value, partition in watermark_records(update):
             await app.producer.send(topic, key, value, partition, None, None)

@@ -125,10 +125,13 @@ class SourceProgress:
 
     def goes_idle(self, now: float, idle_timeout_s: float) -> bool:
         """Whether a source that is caught up should now be declared idle: quiet for
-        the idle timeout, or at once if it never had a valid event."""
+        the idle timeout, counted from the assignment when it has had no record since.
+        Also when it never had a valid event: declared idle at once, the empty
+        partitions of a topic a live stream is about to fill would wake up behind a
+        watermark the others had moved on, at any lag between their first records."""
         if self.idle:
             return False
-        return self.progress_us is None or now - self.seen_at >= idle_timeout_s
+        return now - self.seen_at >= idle_timeout_s
 
     def went_idle(self) -> None:
         self.idle = True
@@ -146,3 +149,8 @@ class SourceProgress:
 
     def update(self, source: int, sources: int) -> WatermarkUpdate:
         return WatermarkUpdate(source, sources, self.progress_us, self.idle)
+
+    def announcement(self, source: int, sources: int) -> WatermarkUpdate:
+        """Its progress, told now (with an event or a commit): no longer idle."""
+        self.told()
+        return self.update(source, sources)

@@ -55,7 +55,8 @@ class Pipeline:
             # Written partitions never go idle: a producer that stalls for a moment
             # while event time runs hundreds of times faster than the wall clock (as
             # here) would otherwise let the watermark run ahead of its records
-            # (docs/event-time.md). Never-written partitions are idle at once anyway.
+            # (docs/event-time.md). Nor do never-written ones: a test that has some
+            # sets a timeout.
             "PAIRSTREAM_IDLE_TIMEOUT_SECONDS": NEVER,
             **overrides,
         }
@@ -72,13 +73,16 @@ class Pipeline:
     async def produce(self, records: list[Record], rate: float = 0) -> None:
         await produce(records, self.conf.bootstrap_servers, self.conf.events_topic, rate, False)
 
-    def model(self, sources: list[list[bytes | None]], drained: bool = False) -> Expected:
+    def model(
+        self, sources: list[list[bytes | None]], drained: bool = False, all_idle: bool = False
+    ) -> Expected:
         return expected_outputs(
             sources,
             expiry_us=int(self.conf.expiry_seconds * 1_000_000),
             retention_us=int(self.conf.dedup_retention_seconds * 1_000_000),
             max_bytes=self.conf.max_event_bytes,
             drained=drained,
+            all_idle=all_idle,
         )
 
     async def expected(self, drained: bool = False) -> Expected:

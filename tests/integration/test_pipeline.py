@@ -17,11 +17,19 @@ from faust.stores.rocksdb import Store
 
 from app.kafka_admin import read_committed
 from pairing.events import Event, EventType, parse_event
-from pairing.records import TICK, WATERMARK_KEY, Source, encode_keyed_event, encode_watermark
+from pairing.records import (
+    TICK,
+    WATERMARK_KEY,
+    Source,
+    decode_watermark,
+    encode_keyed_event,
+    encode_watermark,
+)
 from pairing.routing import partition_for
 from pairing.watermarks import WatermarkUpdate
 from tests.integration.harness import (
     Pipeline,
+    Worker,
     compare,
     expected_total,
     finish,
@@ -192,9 +200,14 @@ async def test_a_pairing_stage_behind_its_input_closes_no_key_by_max_wait(
 async def test_never_written_partitions_do_not_stop_expiry_by_event_time(
     broker: str, tmp_path: Path
 ) -> None:
-    """Partitions 6 and 7 never get a record, and the others never go idle: events
-    expire because the watermark moves on the six that are written."""
-    pipeline = await Pipeline(broker, tmp_path).create_topics()
+    """Partitions 6 and 7 never get a record: idle_timeout after the assignment they
+    stop holding the watermark back, and events expire by event time (max wait is out
+    of reach). The six written go idle as well once the stream is over, so the final
+    watermark is the largest progress. The timeout outlasts the wait from the
+    assignment to the first records, which would otherwise wake up idle partitions."""
+    pipeline = await Pipeline(
+        broker, tmp_path, PAIRSTREAM_IDLE_TIMEOUT_SECONDS="10"
+    ).create_topics()
     records = generate(StreamShape(count=3000, seed=23))
     # Spread like a partitioner over six partitions (by key, else round robin), and
     # produced in the stream's order, as a live producer would.
@@ -204,7 +217,7 @@ async def test_never_written_partitions_do_not_stop_expiry_by_event_time(
     sources: list[list[bytes | None]] = [[] for _ in range(8)]
     for partition, value in placed:
         sources[partition].append(value)
-    expected = pipeline.model(sources)
+    expected = pipeline.model(sources, all_idle=True)
     assert sum(n for k, n in expected.unpaired.items() if k[3] == "expired") > 20
     worker = pipeline.worker().start()
     try:
@@ -215,6 +228,85 @@ async def test_never_written_partitions_do_not_stop_expiry_by_event_time(
     finally:
         worker.kill()
     assert compare(outputs, expected) == {}
+
+
+def event(kind: str, timestamp: str, ident: str) -> bytes:
+    return json.dumps({"type": kind, "timestamp": timestamp, "value": 1, "id": ident}).encode()
+
+
+async def test_a_partition_empty_at_the_start_holds_the_watermark_until_its_first_record(
+    broker: str, tmp_path: Path
+) -> None:
+    """A live stream filling a new two-partition topic, partition 1's first record an
+    hour of event time behind partition 0's: that record is on time (its partition's
+    progress is its own). A partition declared idle because it was empty when the
+    worker started would let the watermark run on with partition 0, and B@21:00 would
+    expire and A@21:00 come late (the live two-worker event-time run lost pairs so)."""
+    pipeline = await Pipeline(broker, tmp_path, PAIRSTREAM_EVENTS_PARTITIONS="2").create_topics()
+    first = [
+        (0, event("B", "2024-02-09 21:00:00", "B-1")),
+        (0, event("A", "2024-02-09 22:00:00", "A-2")),
+        (0, event("B", "2024-02-09 22:00:00", "B-2")),
+    ]
+    then = [(1, event("A", "2024-02-09 21:00:00", "A-1"))]
+    worker = pipeline.worker().start()
+    try:
+        await worker.wait_ready()
+        await asyncio.sleep(3)  # several idle checks (every second) of the empty partitions
+        await produce_to_partitions(pipeline, first)
+        async with OutputReader(pipeline.conf) as reader:
+            await wait_for_outputs(reader, 1, timeout=60)  # A-2 + B-2: partition 0 was read
+        await produce_to_partitions(pipeline, then)
+        expected = await pipeline.expected()
+        outputs = await finish(pipeline, [worker], expected)
+    finally:
+        worker.kill()
+    assert sorted((p["a_id"], p["b_id"]) for p in outputs.pairs) == [("A-1", "B-1"), ("A-2", "B-2")]
+    assert outputs.unpaired == []
+    assert compare(outputs, expected) == {}
+
+
+async def idle_declarations(worker: Worker, count: int) -> None:
+    deadline = time.monotonic() + 60
+    while worker.log().count("is idle: it stops holding") < count:
+        assert time.monotonic() < deadline, worker.log()[-4000:]
+        await asyncio.sleep(0.2)  # polling the worker's log
+
+
+async def test_a_partition_back_from_idle_holds_the_watermark_with_its_first_record(
+    broker: str, tmp_path: Path
+) -> None:
+    """The watermark record ingest sends ahead of the first event after idleness says
+    the partition is no longer idle (it used to say idle, and the partition went on
+    not holding the watermark until its next progress was committed)."""
+    pipeline = await Pipeline(
+        broker, tmp_path, PAIRSTREAM_EVENTS_PARTITIONS="1", PAIRSTREAM_IDLE_TIMEOUT_SECONDS="1"
+    ).create_topics()
+    worker = pipeline.worker().start()
+    try:
+        await worker.wait_ready()
+        await idle_declarations(worker, 1)  # empty since the start
+        await produce_to_partitions(pipeline, [(0, event("A", "2024-02-09 21:00:00", "A-1"))])
+        await idle_declarations(worker, 2)  # quiet since A-1
+        await produce_to_partitions(pipeline, [(0, event("B", "2024-02-09 21:00:30", "B-2"))])
+        keyed = pipeline.conf.keyed_topic
+        partition = partition_for("2024-02-09T21:00:30Z", pipeline.conf.partitions)
+        deadline = time.monotonic() + 60
+        while True:
+            records = (await read_partitions(pipeline.conf, keyed))[partition]
+            at = [n for n, (key, _) in enumerate(records) if key == b"2024-02-09T21:00:30Z"]
+            if at:
+                break
+            assert time.monotonic() < deadline, "B-2 never reached its keyed partition"
+            await asyncio.sleep(0.5)  # until ingest's transaction with B-2 commits
+    finally:
+        worker.kill()
+    [told] = [
+        decode_watermark(json.loads(value or b"{}"))
+        for key, value in records[: at[0]][-1:]
+        if key == WATERMARK_KEY
+    ]
+    assert told == WatermarkUpdate(0, 1, 1707512430000000, idle=False)
 
 
 async def produce_to_partitions(pipeline: Pipeline, placed: list[tuple[int, bytes | None]]) -> None:

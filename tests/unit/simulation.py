@@ -105,8 +105,9 @@ class Simulation:
 
     def _may_go_idle(self) -> list[int]:
         """Sources caught up with nothing untold: those without a valid event at any
-        time (never-written partitions are idle from the start), the others only at
-        the end with `end_idle`."""
+        time (a never-written partition goes idle once its timeout has passed, at no
+        particular point of the others' streams), the others only at the end with
+        `end_idle`."""
         done = [
             q
             for q, records in enumerate(self.sources)
@@ -160,8 +161,7 @@ class Simulation:
         self.uncommitted[q] = False
 
     def _tell(self, q: int) -> None:
-        update = self.progress[q].update(q, len(self.sources))
-        self.progress[q].told()
+        update = self.progress[q].announcement(q, len(self.sources))
         for k in range(self.partitions):
             self.channels[(q, k)].append(update)
 

@@ -51,7 +51,9 @@ def test_a_partition_without_any_valid_event_holds_it_until_declared_idle() -> N
 def test_source_progress_stamps_announces_and_goes_idle() -> None:
     source = SourceProgress(None, now=100.0)
     assert source.must_announce and not source.untold()
-    assert source.goes_idle(100.0, 30.0)  # never had a valid event: idle when caught up
+    # Never had a valid event: idle once quiet for the timeout since the assignment.
+    assert not source.goes_idle(100.0, 30.0)
+    assert not source.goes_idle(129.0, 30.0) and source.goes_idle(130.0, 30.0)
     assert source.observe(20, now=101.0) == 20
     assert source.observe(10, now=102.0) == 20  # the stamp includes the event
     assert source.untold()
@@ -62,6 +64,11 @@ def test_source_progress_stamps_announces_and_goes_idle() -> None:
     source.went_idle()
     assert source.must_announce and source.update(0, 1).idle
     assert not source.goes_idle(200.0, 30.0)  # already idle
+    # Back from idle with an event: told at once, and told as not idle.
+    source.observe(40, now=210.0)
+    assert source.must_announce
+    assert source.announcement(0, 1) == WatermarkUpdate(0, 1, 40, idle=False)
+    assert not source.must_announce and not source.idle and not source.untold()
 
 
 def test_an_idle_source_handed_over_holds_the_watermark_again() -> None:
