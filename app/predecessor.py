@@ -14,6 +14,7 @@ replaces its predecessor anyway, and a static member cannot be removed this way.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from pathlib import Path
@@ -61,7 +62,11 @@ async def remove(conf: Settings) -> None:
     if member_id is None:
         return
     try:
-        await internals.remove_group_member(conf.bootstrap_servers, conf.app_id, member_id)
+        # No longer than the session timeout, after which the member is gone anyway.
+        await asyncio.wait_for(
+            internals.remove_group_member(conf.bootstrap_servers, conf.app_id, member_id),
+            conf.session_timeout_seconds,
+        )
     except UnknownMemberIdError:
         return  # it left cleanly, or its session already timed out
     except Exception as exc:  # any failure only costs the session timeout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,13 @@ def test_a_damaged_file_names_no_member(tmp_path: Path, content: str) -> None:
 
 
 def conf(tmp_path: Path, **kwargs: object) -> Settings:
-    return Settings(data_dir=tmp_path, app_id="app", broker="kafka://127.0.0.1:1", **kwargs)  # type: ignore[arg-type]
+    return Settings(  # type: ignore[arg-type]
+        data_dir=tmp_path,
+        app_id="app",
+        broker="kafka://127.0.0.1:1",
+        session_timeout_seconds=0.2,
+        **kwargs,
+    )
 
 
 @pytest.fixture
@@ -43,6 +50,8 @@ def removals(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str]]:
             raise UnknownMemberIdError()
         if member_id == "unreachable":
             raise OSError("connection refused")
+        if member_id == "no-answer":
+            await asyncio.sleep(3600)
 
     monkeypatch.setattr(internals, "remove_group_member", remove_group_member)
     return removed
@@ -58,7 +67,7 @@ async def test_a_start_removes_the_remembered_member(
     assert removals == [("127.0.0.1:1", "app", "member-1")]
 
 
-@pytest.mark.parametrize("member_id", ["gone", "unreachable"])
+@pytest.mark.parametrize("member_id", ["gone", "unreachable", "no-answer"])
 async def test_a_removal_that_fails_does_not_fail_the_start(
     tmp_path: Path, removals: list[tuple[str, str, str]], member_id: str
 ) -> None:
