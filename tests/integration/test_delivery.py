@@ -349,10 +349,15 @@ async def test_a_failing_slow_api_holds_up_nothing_else_and_the_counters_add_up(
         expected = await pipeline.expected()
         async with OutputReader(pipeline.conf) as reader:
             outputs = await wait_for_outputs(reader, expected_total(expected), 300)
-        # Pairing has finished while the stuck orders are still being retried.
+        # Pairing has finished while the stuck orders are still being retried (their
+        # intents may reach the store's changelog a moment after pairing's last output).
         assert compare(outputs, expected) == {}
-        waiting = (await recorded(pipeline)).entries
-        assert all(waiting[f"id:stuck-{n}"]["s"] in ("queued", "calling") for n in range(5))
+        stuck_ids = [f"id:stuck-{n}" for n in range(5)]
+        deadline = time.monotonic() + 30
+        while not set(stuck_ids) <= (waiting := (await recorded(pipeline)).entries).keys():
+            assert time.monotonic() < deadline, "the stuck orders' intents were never recorded"
+            await asyncio.sleep(0.5)  # the deliver stage commits every 0.5 s
+        assert all(waiting[i]["s"] in ("queued", "calling") for i in stuck_ids)
         accepted = distinct(stuck + orders)
         store = await until_final(pipeline, len(accepted), [worker], 300)
         stats = await delivery_stats(worker)
