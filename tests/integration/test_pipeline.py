@@ -252,7 +252,9 @@ async def test_a_partition_empty_at_the_start_holds_the_watermark_until_its_firs
     worker = pipeline.worker().start()
     try:
         await worker.wait_ready()
-        await asyncio.sleep(3)  # several idle checks (every second) of the empty partitions
+        # Wall-clock time passing is the condition here, not a synchronisation: the old
+        # rule declared an empty partition idle at the first idle check (every second).
+        await asyncio.sleep(3)
         await produce_to_partitions(pipeline, first)
         async with OutputReader(pipeline.conf) as reader:
             await wait_for_outputs(reader, 1, timeout=60)  # A-2 + B-2: partition 0 was read
