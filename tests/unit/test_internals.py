@@ -18,6 +18,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance
 from aiokafka.errors import ProducerFenced
+from aiokafka.protocol.group import LeaveGroupRequest_v0
 from faust.exceptions import ConsumerNotStarted
 from faust.types import TP, Message
 
@@ -353,3 +354,18 @@ async def test_group_member_id_is_the_one_aiokafka_joined_with() -> None:
     assert "self._coordinator.member_id = response.member_id" in inspect.getsource(
         CoordinatorGroupRebalance
     )
+
+
+def test_remove_group_member_uses_aiokafka_s_client_as_it_is() -> None:
+    """The calls `remove_group_member` makes of aiokafka's client (broker behaviour:
+    tests/integration/test_kafka_admin.py)."""
+    lookup = inspect.signature(internals.AIOKafkaClient.coordinator_lookup)
+    assert list(lookup.parameters) == ["self", "coordinator_type", "coordinator_key"]
+    assert list(inspect.signature(internals.AIOKafkaClient.send).parameters)[:3] == [
+        "self",
+        "node_id",
+        "request",
+    ]
+    assert internals.CoordinationType.GROUP == 0
+    built = internals.LeaveGroupRequest("group", "member-1").build(LeaveGroupRequest_v0)
+    assert (built.group, built.member_id) == ("group", "member-1")
