@@ -18,11 +18,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 from aiokafka import AIOKafkaConsumer
-from aiokafka.errors import IllegalOperation
+from aiokafka.errors import IllegalOperation, ProducerFenced
 from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
@@ -231,6 +232,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         cannot move faust's last-read offset past (internals.LastReadOffsets)."""
         await self.seek(tp, offset)
         self.last_read.hold(tp, offset)
+        internals.forget_gaps_from(self, tp, offset)
 
     async def perform_seek(self) -> None:
         self.last_read.release(self.assignment())
@@ -244,6 +246,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
                 # them, past records never delivered. A delivery worker restarted before
                 # its first commit of the delivery log so waited for that log for ever.
                 await self.seek(tp, 0)
+            internals.forget_gaps_from(self, tp, committed or 0)
             task = self.tasks.get(tp)
             if task is not None:
                 task.offsets.sought_to_committed(committed or 0)
@@ -301,6 +304,23 @@ class ExactlyOnceProducer(faust_aiokafka.Producer):
 
 
 class ConcurrentTransactionManager(TransactionManager):
+    async def commit(self, offsets: Mapping[TP, int], start_new_transaction: bool = True) -> bool:
+        # faust's commit crashes the app when a producer is fenced, but answers True:
+        # the consumer then took the offsets for committed, and so did our local state,
+        # which wrote the fenced transaction's (aborted) writes to RocksDB.
+        by_transaction: defaultdict[str, dict[TP, int]] = defaultdict(dict)
+        for tp, offset in offsets.items():
+            by_transaction[transactional_id(self.app, tp)][tp] = offset
+        try:
+            await self.producer.commit_transactions(
+                by_transaction, self.app.conf.id, start_new_transaction=start_new_transaction
+            )
+        except ProducerFenced as exc:
+            log.warning("commit failed, this worker is fenced: %r", exc)
+            await self.app.crash(exc)
+            return False
+        return True
+
     async def _start_transactions(self, tids: Iterable[str]) -> None:
         # faust starts one transactional producer after the other. After a kill each
         # InitProducerId first has the coordinator abort the dead producer's open

@@ -46,7 +46,10 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
         "on_start": ("self",),
         "on_partitions_assigned": ("self", "assigned", "generation_id"),
     },
-    TransactionManager: {"_start_transactions": ("self", "tids")},
+    TransactionManager: {
+        "_start_transactions": ("self", "tids"),
+        "commit": ("self", "offsets", "start_new_transaction"),
+    },
     faust_aiokafka.Producer: {
         "_settings_extra": ("self",),
         "commit_transactions": ("self", "tid_to_offset_map", "group_id", "start_new_transaction"),
@@ -60,6 +63,18 @@ def committed_offset(consumer: Any, tp: TP) -> int | None:
     """The offset faust last committed for tp in this assignment."""
     offset: int | None = consumer._committed_offset.get(tp)
     return offset
+
+
+def forget_gaps_from(consumer: Any, tp: TP, offset: int) -> None:
+    """Forget the offsets faust's fetcher took for transaction markers or aborted
+    records (`Consumer._gap`, which a commit counts as acked) from `offset` on, for
+    a partition about to be fetched again from there: the gaps are found again as
+    records come. Left in place, a gap over records fetched, dropped and then
+    processed after a seek back counted them twice, and faust's commit, which takes
+    the first run of consecutive offsets, then moved one offset per commit."""
+    gaps = consumer._gap.get(tp)
+    if gaps:
+        gaps.chop(offset, max(offset + 1, gaps.end()))
 
 
 def forget_unacked(consumer: Any, message: Any) -> None:

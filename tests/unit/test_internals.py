@@ -30,6 +30,7 @@ from app.consumer import (
     ExactlyOnceProducer,
 )
 from app.faust_app import PairstreamApp, app
+from app.outbox import transactional_id
 from app.settings import settings
 from app.worker import PairstreamWorker
 from tables.pairing_state import table
@@ -200,6 +201,39 @@ async def test_an_assignment_s_transactions_commit_together(
         with pytest.raises(ProducerFenced):
             await producer.commit_transactions(offsets, "group")
         assert sorted(Committing.committed) == [t for t in tids if t != tids[1]]  # all tried
+    finally:
+        Committing.fenced = ""
+        for tid in tids:
+            producer._transaction_producers.pop(tid, None)
+            producer._trn_locks.pop(tid, None)
+
+
+async def test_a_fenced_commit_crashes_the_worker_and_is_not_taken_for_a_commit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # faust's own TransactionManager.commit answers True here, and the consumer then
+    # hands the fenced transaction's writes to local state (docs/exactly-once.md).
+    producer: Any = app.producer
+    monkeypatch.setattr(producer, "_new_producer", lambda **kw: Committing(kw["transactional_id"]))
+    monkeypatch.setattr(producer, "_ensure_producer", lambda: None)
+    crashes: list[BaseException] = []
+
+    async def crash(reason: BaseException) -> None:
+        crashes.append(reason)
+
+    monkeypatch.setattr(app, "crash", crash)
+    monkeypatch.setattr(app.assignor, "group_for_topic", lambda topic: 0)  # no assignment here
+    tps = [TP("events", 0), TP("events", 1)]
+    tids = [transactional_id(app, tp) for tp in tps]
+    manager = app.consumer.transactions
+    try:
+        for tid in tids:
+            await producer.begin_transaction(tid)
+        assert await manager.commit(dict.fromkeys(tps, 10)) is True
+        assert not crashes
+        Committing.fenced = tids[1]
+        assert await manager.commit(dict.fromkeys(tps, 20)) is False
+        assert [type(c) for c in crashes] == [ProducerFenced]
     finally:
         Committing.fenced = ""
         for tid in tids:

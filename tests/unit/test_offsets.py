@@ -50,3 +50,24 @@ async def test_a_commit_never_passes_the_last_processed_record() -> None:
     processed_from(tp, 50, [50, 51])
     app.consumer._acked[tp].extend([52, 53])  # acks no step of this assignment made
     assert app.consumer._new_offset(tp) == 52
+
+
+async def test_records_processed_after_a_seek_back_over_a_gap_commit_as_they_are_processed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The zombie scenario's duplicated dead letters (CI, seed 44473891): after an
+    # assignment, records 1191..1995 were fetched before the seek and dropped, so 1996
+    # came first and faust's fetcher took 1192..1995 for a gap. The agent sought back
+    # to 1191 and processed them; each commit then moved one offset, and the next
+    # owner processed some thousand records again.
+    tp = TP("events", 3)
+
+    async def seek(partition: TP, offset: int) -> None:
+        pass  # the fetch itself is not under test
+
+    monkeypatch.setattr(app.consumer, "seek", seek)
+    app.consumer._committed_offset[tp] = 1191
+    await app.consumer._add_gap(tp, 1191, 1996)
+    await app.consumer.seek_back(tp, 1191)
+    processed_from(tp, 1191, list(range(1191, 1301)))
+    assert app.consumer._new_offset(tp) == 1301
