@@ -8,7 +8,7 @@ import asyncio
 import inspect
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
@@ -180,42 +180,50 @@ class Committing(FakeTransactionalProducer):
         self.committed.append(self.tid)
 
 
-async def test_an_assignment_s_transactions_commit_together(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+def committing(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[list[str]], Awaitable[None]]]:
+    """Begins transactions on `Committing` producers through faust's own producer."""
     producer: Any = app.producer
     monkeypatch.setattr(producer, "_new_producer", lambda **kw: Committing(kw["transactional_id"]))
     monkeypatch.setattr(producer, "_ensure_producer", lambda: None)
-    tids = [f"internals-commit-{i}" for i in range(4)]
-    offsets = {tid: {TP("events", i): 10 + i} for i, tid in enumerate(tids)}
-    try:
+    began: list[str] = []
+
+    async def begin(tids: list[str]) -> None:
         for tid in tids:
             await producer.begin_transaction(tid)
-        await producer.commit_transactions(offsets, "group")
-        assert max(Committing.together) == len(tids)
-        assert sorted(Committing.committed) == tids
-        assert all(producer._transaction_producers[t].began == 2 for t in tids)  # and began again
+            began.append(tid)
 
-        Committing.committed.clear()
-        Committing.fenced = tids[1]
-        with pytest.raises(ProducerFenced):
-            await producer.commit_transactions(offsets, "group")
-        assert sorted(Committing.committed) == [t for t in tids if t != tids[1]]  # all tried
-    finally:
-        Committing.fenced = ""
-        for tid in tids:
-            producer._transaction_producers.pop(tid, None)
-            producer._trn_locks.pop(tid, None)
+    yield begin
+    Committing.fenced = ""
+    for tid in began:
+        producer._transaction_producers.pop(tid, None)
+        producer._trn_locks.pop(tid, None)
+
+
+async def test_an_assignment_s_transactions_commit_together(
+    committing: Callable[[list[str]], Awaitable[None]],
+) -> None:
+    producer: Any = app.producer
+    tids = [f"internals-commit-{i}" for i in range(4)]
+    offsets = {tid: {TP("events", i): 10 + i} for i, tid in enumerate(tids)}
+    await committing(tids)
+    await producer.commit_transactions(offsets, "group")
+    assert max(Committing.together) == len(tids)
+    assert sorted(Committing.committed) == tids
+    assert all(producer._transaction_producers[t].began == 2 for t in tids)  # and began again
+
+    Committing.committed.clear()
+    Committing.fenced = tids[1]
+    with pytest.raises(ProducerFenced):
+        await producer.commit_transactions(offsets, "group")
+    assert sorted(Committing.committed) == [t for t in tids if t != tids[1]]  # all tried
 
 
 async def test_a_fenced_commit_crashes_the_worker_and_is_not_taken_for_a_commit(
-    monkeypatch: pytest.MonkeyPatch,
+    committing: Callable[[list[str]], Awaitable[None]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # faust's own TransactionManager.commit answers True here, and the consumer then
     # hands the fenced transaction's writes to local state (docs/exactly-once.md).
-    producer: Any = app.producer
-    monkeypatch.setattr(producer, "_new_producer", lambda **kw: Committing(kw["transactional_id"]))
-    monkeypatch.setattr(producer, "_ensure_producer", lambda: None)
     crashes: list[BaseException] = []
 
     async def crash(reason: BaseException) -> None:
@@ -225,20 +233,13 @@ async def test_a_fenced_commit_crashes_the_worker_and_is_not_taken_for_a_commit(
     monkeypatch.setattr(app.assignor, "group_for_topic", lambda topic: 0)  # no assignment here
     tps = [TP("events", 0), TP("events", 1)]
     tids = [transactional_id(app, tp) for tp in tps]
+    await committing(tids)
     manager = app.consumer.transactions
-    try:
-        for tid in tids:
-            await producer.begin_transaction(tid)
-        assert await manager.commit(dict.fromkeys(tps, 10)) is True
-        assert not crashes
-        Committing.fenced = tids[1]
-        assert await manager.commit(dict.fromkeys(tps, 20)) is False
-        assert [type(c) for c in crashes] == [ProducerFenced]
-    finally:
-        Committing.fenced = ""
-        for tid in tids:
-            producer._transaction_producers.pop(tid, None)
-            producer._trn_locks.pop(tid, None)
+    assert await manager.commit(dict.fromkeys(tps, 10)) is True
+    assert not crashes
+    Committing.fenced = tids[1]
+    assert await manager.commit(dict.fromkeys(tps, 20)) is False
+    assert [type(c) for c in crashes] == [ProducerFenced]
 
 
 def test_restore_offsets_reads_the_recovery_s_progress() -> None:
