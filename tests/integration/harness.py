@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
+from faust.types import TP
 
-from app.kafka_admin import ensure_topics, read_committed
+from app.kafka_admin import end_offsets, ensure_topics, read_committed
 from app.settings import Settings
 from tests.reference_model import Expected, expected_outputs
 from tools.generate import Record, produce
@@ -264,8 +266,42 @@ async def finish(
     commit after that), and return all that was committed."""
     async with OutputReader(pipeline.conf) as reader:
         await wait_for_outputs(reader, expected_total(expected), timeout)
+        uncommitted = await input_left_uncommitted(pipeline)
+        assert not uncommitted, f"outputs committed without their inputs' offsets: {uncommitted}"
         await stop_workers(workers)
         return await reader.read_available()
+
+
+async def input_left_uncommitted(pipeline: Pipeline, within: float = 15.0) -> dict[str, Any]:
+    """Input partitions whose committed offset is still short of their end `within`
+    seconds after every output came out. Each step's outputs commit with its offset,
+    so none should be: one that is had its outputs committed without its offset, and
+    the partition's next owner would process it again (docs/fault-matrix.md, dead
+    letters twice)."""
+    conf = pipeline.conf
+    partitions = range(len(await pipeline.input_partitions()))
+    tps = [TP(conf.events_topic, p) for p in partitions]
+    ends = await end_offsets(conf, tps)
+    admin = AIOKafkaAdminClient(bootstrap_servers=conf.bootstrap_servers)
+    await admin.start()
+    try:
+        deadline = time.monotonic() + within
+        while True:
+            found = await admin.list_consumer_group_offsets(
+                conf.app_id, partitions=[TopicPartition(tp.topic, tp.partition) for tp in tps]
+            )
+            # -1: never committed, which is right for a partition never written
+            committed = {TP(tp.topic, tp.partition): max(0, m.offset) for tp, m in found.items()}
+            behind = {
+                str(tp): {"committed": committed.get(tp, 0), "end": end}
+                for tp, end in ends.items()
+                if committed.get(tp, 0) < end
+            }
+            if not behind or time.monotonic() > deadline:
+                return behind
+            await asyncio.sleep(0.5)  # a commit interval
+    finally:
+        await admin.close()
 
 
 def compare(outputs: Outputs, expected: Expected) -> dict[str, Any]:

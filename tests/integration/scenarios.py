@@ -20,6 +20,7 @@ from tests.integration.harness import (
     Worker,
     compare,
     expected_total,
+    input_left_uncommitted,
     read_partitions,
     stop_workers,
     wait_for_outputs,
@@ -119,6 +120,7 @@ async def run_scenario(
             await supervised(
                 wait_for_outputs(reader, expected_total(expected), timeout), supervisor
             )
+            uncommitted = await supervised(input_left_uncommitted(pipeline), supervisor)
             supervisor.cancel()
             await stop_workers(world.workers)
             outputs = await reader.read_available()
@@ -130,6 +132,8 @@ async def run_scenario(
     report.unplanned_restarts = sum(w.unplanned_restarts for w in world.workers)
     report.forced_stops = sum(w.forced_stops for w in world.workers)
     report.problems = compare(outputs, expected)
+    if uncommitted:
+        report.problems["input_uncommitted"] = uncommitted
     pending = await read_pending(pipeline)
     if pending != expected.pending:
         report.problems["pending"] = {
