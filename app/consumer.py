@@ -206,14 +206,6 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         await self.seek(tp, applied + 1)
         return applied + 1
 
-    async def _add_gap(self, tp: TP, offset_from: int, offset_to: int) -> None:
-        # faust passes the offset of the record that ends the gap as the gap's last
-        # offset. That record is then counted as acked before it is processed, and,
-        # acked again, it is a duplicate that cuts the run of offsets a commit may
-        # take: each commit passed one transaction marker at most, and on a
-        # transactional input the committed offset fell thousands behind.
-        await super()._add_gap(tp, offset_from, offset_to - 1)
-
     def resume_partitions(self, tps: Iterable[TP]) -> None:
         # At the end of a recovery faust resumes the stream partitions, seeks them to
         # the committed offsets, and then clears the agents' buffers (the flow control
@@ -232,7 +224,6 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         cannot move faust's last-read offset past (internals.LastReadOffsets)."""
         await self.seek(tp, offset)
         self.last_read.hold(tp, offset)
-        internals.forget_gaps_from(self, tp, offset)
 
     async def perform_seek(self) -> None:
         self.last_read.release(self.assignment())
@@ -246,7 +237,6 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
                 # them, past records never delivered. A delivery worker restarted before
                 # its first commit of the delivery log so waited for that log for ever.
                 await self.seek(tp, 0)
-            internals.forget_gaps_from(self, tp, committed or 0)
             task = self.tasks.get(tp)
             if task is not None:
                 task.offsets.sought_to_committed(committed or 0)
@@ -261,15 +251,19 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
             self._resume_with_flow.clear()
 
     def _new_offset(self, tp: TP) -> int | None:
-        offset: int | None = super()._new_offset(tp)
+        # A commit takes the offset processing has reached in this assignment: every
+        # record before it was processed, in order, or never delivered (transaction
+        # markers, aborted records; app/progress.py). faust works it out from its acked
+        # offsets and the gaps its fetcher saw, which went wrong three ways
+        # (docs/exactly-once.md, 13, 14 and 19); the last made commits move one offset
+        # at a time, and the partition's next owner processed thousands of records again.
         task = self.tasks.get(tp)
-        limit = task.offsets.next if task is not None else None
-        if offset is not None and (limit is None or offset > limit):
-            # Never seen; it would commit records no step of this assignment processed.
-            log.error("commit of %s at %d refused: processed only up to %s", tp, offset, limit)
-            committed = internals.committed_offset(self, tp)
-            return limit if limit is not None and limit > (committed or 0) else None
-        return offset
+        reached = task.offsets.next if task is not None else None
+        if reached is None:
+            return None
+        internals.forget_acks_below(self, tp, reached)
+        committed = internals.committed_offset(self, tp)
+        return reached if reached > (committed or 0) else None
 
 
 class ExactlyOnceProducer(faust_aiokafka.Producer):

@@ -30,7 +30,6 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
         "_new_consumer_thread": ("self",),
         "_commit_tps": ("self", "tps", "start_new_transaction"),
         "_commit_offsets": ("self", "offsets", "start_new_transaction"),
-        "_add_gap": ("self", "tp", "offset_from", "offset_to"),
         "_new_offset": ("self", "tp"),
         "commit_and_end_transactions": ("self",),
         "on_partitions_revoked": ("self", "revoked"),
@@ -65,16 +64,17 @@ def committed_offset(consumer: Any, tp: TP) -> int | None:
     return offset
 
 
-def forget_gaps_from(consumer: Any, tp: TP, offset: int) -> None:
-    """Forget the offsets faust's fetcher took for transaction markers or aborted
-    records (`Consumer._gap`, which a commit counts as acked) from `offset` on, for
-    a partition about to be fetched again from there: the gaps are found again as
-    records come. Left in place, a gap over records fetched, dropped and then
-    processed after a seek back counted them twice, and faust's commit, which takes
-    the first run of consecutive offsets, then moved one offset per commit."""
+def forget_acks_below(consumer: Any, tp: TP, offset: int) -> None:
+    """Drop faust's record of acked offsets (`Consumer._acked`, `_acked_index`) and of
+    the gaps its fetcher saw (`Consumer._gap`) below `offset`, the offset about to be
+    committed. faust's own commit offset clears them; ours does not use them."""
+    acked = consumer._acked.get(tp)
+    if acked:
+        acked[:] = [o for o in acked if o >= offset]
+        consumer._acked_index[tp] = set(acked)
     gaps = consumer._gap.get(tp)
     if gaps:
-        gaps.chop(offset, max(offset + 1, gaps.end()))
+        gaps.chop(0, offset)
 
 
 def forget_unacked(consumer: Any, message: Any) -> None:

@@ -4,7 +4,7 @@ import pytest
 from faust.types import TP
 
 from app.faust_app import app
-from app.progress import Progress
+from app.progress import Progress, Verdict
 
 pytestmark = pytest.mark.usefixtures("own_tasks")
 
@@ -28,21 +28,21 @@ def processed_from(tp: TP, committed: int, offsets: list[int]) -> None:
 
 async def test_a_commit_passes_every_transaction_marker_before_the_last_processed_record() -> None:
     tp = TP("keyed", 0)
-    # Records at 100, 102 and 104; 101 and 103 are transaction markers. faust's
-    # fetcher reports each gap as it meets the record that ends it.
+    # Records at 100, 102 and 104; 101 and 103 are transaction markers, never delivered.
+    # faust's fetcher reports each gap with the record that ends it.
     await app.consumer._add_gap(tp, 101, 102)
     await app.consumer._add_gap(tp, 103, 104)
     processed_from(tp, 100, [100, 102, 104])
     assert app.consumer._new_offset(tp) == 105
 
 
-async def test_a_record_that_ends_a_gap_is_not_committed_before_it_is_processed() -> None:
+async def test_a_record_delivered_and_not_yet_processed_holds_the_commit_before_it() -> None:
     tp = TP("keyed", 1)
     processed_from(tp, 10, [10])
-    await app.consumer._add_gap(tp, 11, 12)  # record 12 arrives after marker 11
-    offsets_of(tp).processed(13)  # 13 acked while 12 is not
-    app.consumer._acked[tp].append(13)
-    assert app.consumer._new_offset(tp) == 12
+    await app.consumer._add_gap(tp, 11, 12)  # record 12 comes after marker 11
+    offsets_of(tp).skipped(12)  # delivered during a revocation, say: it comes again
+    assert offsets_of(tp).verdict(13) is Verdict.OUT_OF_ORDER
+    assert app.consumer._new_offset(tp) == 11
 
 
 async def test_a_commit_never_passes_the_last_processed_record() -> None:
@@ -58,8 +58,8 @@ async def test_records_processed_after_a_seek_back_over_a_gap_commit_as_they_are
     # The zombie scenario's duplicated dead letters (CI, seed 44473891): after an
     # assignment, records 1191..1995 were fetched before the seek and dropped, so 1996
     # came first and faust's fetcher took 1192..1995 for a gap. The agent sought back
-    # to 1191 and processed them; each commit then moved one offset, and the next
-    # owner processed some thousand records again.
+    # to 1191 and processed them; faust's commit offset then moved by one per commit
+    # (1193 here), and the next owner processed some thousand records again.
     tp = TP("events", 3)
 
     async def seek(partition: TP, offset: int) -> None:
@@ -67,7 +67,10 @@ async def test_records_processed_after_a_seek_back_over_a_gap_commit_as_they_are
 
     monkeypatch.setattr(app.consumer, "seek", seek)
     app.consumer._committed_offset[tp] = 1191
-    await app.consumer._add_gap(tp, 1191, 1996)
+    await app.consumer._add_gap(tp, 1192, 1996)
     await app.consumer.seek_back(tp, 1191)
     processed_from(tp, 1191, list(range(1191, 1301)))
     assert app.consumer._new_offset(tp) == 1301
+    # and what faust keeps for its own answer is cleared below it
+    assert not app.consumer._acked[tp] and not app.consumer._acked_index[tp]
+    assert app.consumer._gap[tp].begin() >= 1301
