@@ -279,8 +279,7 @@ async def input_left_uncommitted(pipeline: Pipeline, within: float = 15.0) -> di
     the partition's next owner would process it again (docs/fault-matrix.md, dead
     letters twice)."""
     conf = pipeline.conf
-    partitions = range(len(await pipeline.input_partitions()))
-    tps = [TP(conf.events_topic, p) for p in partitions]
+    tps = [TP(conf.events_topic, p) for p in range(conf.events_partitions)]
     ends = await end_offsets(conf, tps)
     admin = AIOKafkaAdminClient(bootstrap_servers=conf.bootstrap_servers)
     await admin.start()
