@@ -92,6 +92,21 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> ExactlyOnceConsumerThread:
         return ExactlyOnceConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
+    async def _getmany(self, active_partitions: set[TP] | None, timeout: float) -> Any:
+        # faust hands the fetch its live set of active partitions, and the fetch waits
+        # up to `timeout` for records. A pause meanwhile (the end of a restore pauses
+        # every active changelog partition) can empty that set, which aiokafka takes
+        # for "every partition": it returned what it had prefetched for partitions
+        # faust had not resumed, standby changelogs among them, and faust dropped those
+        # records as not active after aiokafka had moved past them. A standby so missed
+        # up to a whole fetch of its changelog (docs/exactly-once.md, point 21).
+        if active_partitions is None:
+            return await super()._getmany(None, timeout)
+        requested = set(active_partitions)
+        if not requested:
+            return {}
+        return await super()._getmany(requested, timeout)
+
     async def _commit_tps(self, tps: Any, start_new_transaction: bool) -> bool:
         async with self.tasks.commit_lock:
             tps = list(tps)

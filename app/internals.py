@@ -31,6 +31,7 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
         "_commit_tps": ("self", "tps", "start_new_transaction"),
         "_commit_offsets": ("self", "offsets", "start_new_transaction"),
         "_new_offset": ("self", "tp"),
+        "_getmany": ("self", "active_partitions", "timeout"),
         "commit_and_end_transactions": ("self",),
         "on_partitions_revoked": ("self", "revoked"),
         "on_partitions_assigned": ("self", "assigned", "generation_id"),

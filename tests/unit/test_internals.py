@@ -12,14 +12,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
+from unittest.mock import AsyncMock
 
 import faust
 import pytest
 from aiokafka import AIOKafkaConsumer
+from aiokafka.consumer.fetcher import Fetcher, FetchResult
 from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance
 from aiokafka.errors import ProducerFenced
 from aiokafka.protocol.group import LeaveGroupRequest_v0
 from faust.exceptions import ConsumerNotStarted
+from faust.transport.consumer import ThreadDelegateConsumer
 from faust.types import TP, Message
 
 from app import internals
@@ -404,3 +407,76 @@ def test_remove_group_member_uses_aiokafka_s_client_as_it_is() -> None:
     assert internals.CoordinationType.GROUP == 0
     built = internals.LeaveGroupRequest("group", "member-1").build(LeaveGroupRequest_v0)
     assert (built.group, built.member_id) == ("group", "member-1")
+
+
+class _Prefetched:
+    """What aiokafka's fetcher keeps per partition, for its own `fetched_records` to
+    read: a real `FetchResult` over records of one partition, its position tracked."""
+
+    def __init__(self, tp: TP, offsets: range) -> None:
+        self.position = offsets.start
+        self.paused = False
+        records = iter([SimpleNamespace(offset=o) for o in offsets])
+        state = self
+
+        class Records:
+            next_fetch_offset = offsets.start
+
+            def __iter__(self) -> Iterator[Any]:
+                for record in records:
+                    Records.next_fetch_offset = record.offset + 1
+                    yield record
+
+        self.result = FetchResult(
+            tp,
+            assignment=SimpleNamespace(active=True, state_value=lambda _tp: state),
+            partition_records=Records(),
+            backoff=0,
+        )
+
+    def consumed_to(self, offset: int) -> None:
+        self.position = offset
+
+
+async def _fetch_while_a_restore_ends(getmany: Callable[..., Awaitable[Any]]) -> Any:
+    """A fetch asked for the active changelog partition; while it waits, the restore
+    ends and pauses it, emptying faust's live set of active partitions; then aiokafka's
+    own `fetched_records` runs over what it has prefetched: records of that partition
+    and of a standby changelog partition that faust has not resumed yet. Returns the
+    standby's prefetched state."""
+    active, standby = TP("changelog", 0), TP("changelog", 1)
+    prefetched = {
+        active: _Prefetched(active, range(90, 100)),
+        standby: _Prefetched(standby, range(0, 10)),
+    }
+    fetcher = SimpleNamespace(
+        _subscriptions=SimpleNamespace(reassignment_in_progress=False, is_assigned=lambda tp: True),
+        _records={tp: p.result for tp, p in prefetched.items()},
+        _notify=lambda future: None,
+        _wait_consume_future=None,
+    )
+    live: set[TP] = {active}
+    restore_ended = asyncio.Event()
+
+    async def thread_getmany(partitions: set[TP], timeout: float) -> Any:
+        await restore_ended.wait()
+        return await Fetcher.fetched_records(fetcher, partitions, timeout=0)
+
+    consumer = unconnected_consumer(AsyncMock())
+    consumer._thread = SimpleNamespace(getmany=thread_getmany)
+    fetching = asyncio.ensure_future(getmany(consumer, live, 1.0))
+    await asyncio.sleep(0)
+    live.clear()  # faust's pause_partitions at the end of the restore
+    restore_ended.set()
+    returned = await fetching
+    return returned, prefetched[standby]
+
+
+async def test_a_fetch_returns_only_partitions_active_when_it_was_asked_for() -> None:
+    # faust passes its live set: emptied while the fetch waits, aiokafka reads it as
+    # "every partition" and hands over the standby's records, which faust then drops.
+    plain = ThreadDelegateConsumer._getmany
+    returned, standby = await _fetch_while_a_restore_ends(plain)
+    assert [tp.partition for tp in returned] == [0, 1] and standby.position == 10
+    returned, standby = await _fetch_while_a_restore_ends(ExactlyOnceConsumer._getmany)
+    assert [tp.partition for tp in returned] == [0] and standby.position == 0
