@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bench.ceiling import CeilingResult, consume_produce
 from bench.pairstream import PairstreamResult, run_worker
+from bench.quix import QuixResult, run_quix
 from bench.report import render
 from bench.workload import pre_produce, workload
 from tools import broker
@@ -22,14 +23,18 @@ CEILING_COMMIT_INTERVAL = 1.0
 
 async def measure(
     bootstrap: str, events: int, intervals: list[float], timeout: float
-) -> tuple[list[PairstreamResult], list[CeilingResult]]:
+) -> tuple[list[PairstreamResult], list[QuixResult], list[CeilingResult]]:
     records = workload(events)
     pairstream = []
     for interval in intervals:
         print(f"pairstream, commit interval {interval:g} s ...", flush=True)
         pairstream.append(await run_worker(bootstrap, records, interval, timeout))
-    source = f"bench-ceiling-input-{uuid.uuid4().hex[:8]}"
+    source = f"bench-input-{uuid.uuid4().hex[:8]}"
     await pre_produce(bootstrap, source, records)
+    quix = []
+    for interval in intervals:
+        print(f"Quix Streams, commit interval {interval:g} s ...", flush=True)
+        quix.append(await run_quix(bootstrap, source, records, interval, timeout))
     ceiling = []
     for transactional in (True, False):
         print(f"ceiling, transactions {transactional} ...", flush=True)
@@ -38,7 +43,7 @@ async def measure(
                 bootstrap, source, len(records), transactional, CEILING_COMMIT_INTERVAL
             )
         )
-    return pairstream, ceiling
+    return pairstream, quix, ceiling
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -57,9 +62,9 @@ def main(argv: list[str] | None = None) -> None:
         broker.start(nodes, timeout=120)
         args.bootstrap = broker.bootstrap_servers(nodes)
     timeout = 120 if args.smoke else 3600
-    pairstream, ceiling = asyncio.run(measure(args.bootstrap, events, intervals, timeout))
+    pairstream, quix, ceiling = asyncio.run(measure(args.bootstrap, events, intervals, timeout))
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
-    args.out.write_text(render(command, events, pairstream, ceiling, CEILING_COMMIT_INTERVAL))
+    args.out.write_text(render(command, events, pairstream, quix, ceiling, CEILING_COMMIT_INTERVAL))
     print(f"wrote {args.out}")
 
 

@@ -11,6 +11,7 @@ from importlib.metadata import version
 
 from bench.ceiling import CeilingResult
 from bench.pairstream import PairstreamResult
+from bench.quix import QUIXSTREAMS, QuixResult
 from bench.workload import INPUT_PARTITIONS
 from tools.broker import POM
 
@@ -30,10 +31,23 @@ def kafka_version() -> str:
     return found.group(1) if found else "?"
 
 
+def seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + " --- |" * len(header),
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+
+
 def render(
     command: str,
     events: int,
     pairstream: list[PairstreamResult],
+    quix: list[QuixResult],
     ceiling: list[CeilingResult],
     ceiling_commit_interval: float,
 ) -> str:
@@ -56,16 +70,31 @@ def render(
         "stage (the second of two) has acked it. Steady: events through per second between 10%",
         "and 90% of the input. CPU: the worker process, start to end.",
         "",
-        "| commit interval (s) | steady events/s | start to last through (s)"
-        " | start to first through (s) | worker CPU (s) |",
-        "| --- | --- | --- | --- | --- |",
     ]
-    for r in pairstream:
-        first = "-" if r.first_through is None else f"{r.first_through:.1f}"
-        lines.append(
-            f"| {r.commit_interval:g} | {r.steady_rate:,.0f} | {r.seconds:.1f} | {first}"
-            f" | {r.cpu_seconds:.1f} |"
-        )
+    lines += table(
+        ["commit interval (s)", "steady events/s", "start to last through (s)",
+         "start to first through (s)", "worker CPU (s)"],
+        [[f"{r.commit_interval:g}", f"{r.steady_rate:,.0f}", f"{r.seconds:.1f}",
+          seconds(r.first_through), f"{r.cpu_seconds:.1f}"] for r in pairstream],
+    )  # fmt: skip
+    lines += [
+        "",
+        "## The peer: the same work as a Quix Streams app, exactly-once",
+        "",
+        f"`bench/quix_app.py` on {QUIXSTREAMS} in its own venv, over the same pre-produced"
+        " input: parse, repartition by the pair key, one RocksDB read and one write per event"
+        " with a changelog, pairs out; no expiry. Steady: its consumer group's committed"
+        " offsets on the repartition topic (transaction markers included, under 0.1%)."
+        " Pairs: visible to a read_committed consumer, against the workload's own count.",
+        "",
+    ]
+    lines += table(
+        ["commit interval (s)", "steady events/s", "start to last pair (s)",
+         "start to first commit (s)", "app CPU (s)", "pairs / expected"],
+        [[f"{q.commit_interval:g}", f"{q.steady_rate:,.0f}", f"{q.seconds:.1f}",
+          seconds(q.first_through), f"{q.cpu_seconds:.1f}",
+          f"{q.pairs:,} / {q.expected_pairs:,}"] for q in quix],
+    )  # fmt: skip
     lines += [
         "",
         "## The ceiling: a bare aiokafka consume -> produce loop",
@@ -73,12 +102,10 @@ def render(
         f"One stage, no parsing, no state, commits every {ceiling_commit_interval:g} s"
         " (`bench/ceiling.py`); CPU of the loop's process.",
         "",
-        "| transactions | events/s | seconds | CPU (s) |",
-        "| --- | --- | --- | --- |",
     ]
-    for c in ceiling:
-        lines.append(
-            f"| {'yes' if c.transactional else 'no'} | {c.rate:,.0f} | {c.seconds:.1f}"
-            f" | {c.cpu_seconds:.1f} |"
-        )
+    lines += table(
+        ["transactions", "events/s", "seconds", "CPU (s)"],
+        [["yes" if c.transactional else "no", f"{c.rate:,.0f}", f"{c.seconds:.1f}",
+          f"{c.cpu_seconds:.1f}"] for c in ceiling],
+    )  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -1,0 +1,149 @@
+"""The same workload through a Quix Streams app (bench/quix_app.py), exactly-once, in
+its own venv: how fast its second stage gets through it, and whether it found every
+pair."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections import defaultdict
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+
+from bench.measure import Samples, cpu_seconds
+from bench.workload import create_topic
+from tools.generate import Record
+
+ROOT = Path(__file__).resolve().parent.parent
+QUIXSTREAMS = "quixstreams==3.28.1"
+VENV = ROOT / ".cache" / "quix-venv"
+APP = Path(__file__).with_name("quix_app.py")
+
+
+@dataclass(frozen=True)
+class QuixResult:
+    commit_interval: float
+    events: int
+    steady_rate: float  # second-stage records committed per second, 10% to 90%
+    seconds: float  # app start to the last pair visible
+    first_through: float | None  # app start to the first second-stage commit
+    cpu_seconds: float  # of the app's process
+    pairs: int  # visible to a read_committed consumer
+    expected_pairs: int
+
+
+def python() -> Path:
+    """The venv's Python, the venv made on first use."""
+    interpreter = VENV / "bin" / "python"
+    if not (VENV / ".installed").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        subprocess.run([str(interpreter), "-m", "pip", "install", "-q", QUIXSTREAMS], check=True)
+        (VENV / ".installed").write_text(QUIXSTREAMS)
+    return interpreter
+
+
+def expected_pairs(records: list[Record]) -> int:
+    """Timestamps that have both an A and a B: the pairs any correct app finds."""
+    kinds: dict[str, set[str]] = defaultdict(set)
+    for _, value in records:
+        assert value is not None  # the benchmark workload has no invalid records
+        event = json.loads(value)
+        kinds[event["timestamp"]].add(event["type"])
+    return sum(1 for found in kinds.values() if len(found) == 2)
+
+
+async def committed(admin: AIOKafkaAdminClient, group: str) -> dict[str, int]:
+    """The group's committed offsets summed per topic."""
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+    except KafkaError:  # before the group's first commit, on a fresh broker
+        return {}
+    summed: dict[str, int] = defaultdict(int)
+    for tp, meta in offsets.items():
+        summed[tp.topic] += max(meta.offset, 0)
+    return summed
+
+
+async def count_visible(bootstrap: str, topic: str, seen: list[int]) -> None:
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        while True:
+            batches = await consumer.getmany(timeout_ms=200)
+            seen[0] += sum(len(records) for records in batches.values())
+    finally:
+        await consumer.stop()
+
+
+async def run_quix(
+    bootstrap: str, source: str, records: list[Record], commit_interval: float, timeout: float
+) -> QuixResult:
+    """Run the app over `source` (already holding `records`) until every pair is out."""
+    interpreter = python()
+    group = f"bench-quix-{uuid.uuid4().hex[:8]}"
+    sink = f"{group}-pairs"
+    await create_topic(bootstrap, sink)
+    wanted = expected_pairs(records)
+    state_dir = ROOT / ".run" / group
+    log_path = ROOT / ".run" / f"{group}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    seen = [0]
+    reader = asyncio.ensure_future(count_visible(bootstrap, sink, seen))
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    with log_path.open("ab") as log:
+        app = subprocess.Popen(
+            [str(interpreter), str(APP), bootstrap, source, sink, group,
+             str(commit_interval), str(state_dir)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    started = time.monotonic()
+    progress = Samples()
+    try:
+        while seen[0] < wanted:
+            elapsed = time.monotonic() - started
+            summed = await committed(admin, group)
+            second = sum(n for topic, n in summed.items() if topic.startswith("repartition__"))
+            progress.samples.append((elapsed, second))
+            if app.poll() is not None:
+                raise RuntimeError(f"the Quix app exited {app.returncode}; see {log_path}")
+            if elapsed > timeout:
+                raise TimeoutError(f"{seen[0]} of {wanted} pairs in {elapsed:.0f} s")
+            await asyncio.sleep(0.25)
+        seconds = time.monotonic() - started
+        cpu = cpu_seconds(app.pid)
+    finally:
+        app.terminate()
+        app.wait()
+        reader.cancel()
+        with suppress(asyncio.CancelledError):
+            await reader
+        await admin.close()
+    # Transaction markers count in the committed offsets: at most one per partition and
+    # commit, a fraction of a percent here.
+    total = progress.samples[-1][1]
+    return QuixResult(
+        commit_interval,
+        len(records),
+        progress.steady_rate(total),
+        seconds,
+        progress.first_at(),
+        cpu,
+        seen[0],
+        wanted,
+    )
