@@ -21,10 +21,11 @@ from typing import Any
 
 from faust.web import Request, Response, View
 
-from app.exactly_once import events_once, exactly_once
 from app.faust_app import app
+from app.in_order import events_once
 from app.outbox import Outbox
 from app.settings import settings
+from app.step import exactly_once
 from app.topics import bytes_topic
 from app.web import from_owner
 from pairing.deposits import (

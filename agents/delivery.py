@@ -26,10 +26,11 @@ from faust.types import TP
 
 from app.delivery import Dispatcher, PartitionDeliveries
 from app.delivery_client import ApiClient
-from app.exactly_once import before_step, events_once, exactly_once, still_current
 from app.faust_app import app
+from app.in_order import events_once
 from app.kafka_admin import end_offsets
 from app.settings import settings
+from app.step import before_step, exactly_once, still_current
 from app.topics import bytes_topic, pairs
 from pairing.delivery import (
     Entry,

@@ -15,11 +15,13 @@ from typing import Any
 
 from faust.types import TP
 
-from app.exactly_once import caught_up, events_once, exactly_once
+from app.backlog import caught_up
 from app.faust_app import app
+from app.in_order import events_once
 from app.outbox import Record
 from app.partition_tasks import PartitionTask
 from app.settings import settings
+from app.step import exactly_once
 from app.topics import dead_letters, events, keyed_events
 from pairing.events import Rejection, parse_event
 from pairing.records import (

@@ -7,11 +7,12 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from app.exactly_once import events_once, exactly_once
 from app.faust_app import app
+from app.in_order import events_once
 from app.outbox import Outbox
 from app.partition_tasks import PartitionTask
 from app.settings import settings
+from app.step import exactly_once
 from app.topics import dead_letters, keyed_events, pairs, unpaired
 from pairing.events import format_time
 from pairing.records import (

@@ -8,7 +8,7 @@
     transaction holding their outputs stays open.
 So every record an event causes is sent, from its partition task's outbox, into
 the transaction of the event's *source* partition, and the event is acked in the
-same critical section (app/exactly_once.py). Commits take the same lock, so a
+same critical section (app/step.py). Commits take the same lock, so a
 transaction always holds every record of an event together with its offset, or
 none of them. The consumer keeps the registry of partition tasks.
 """

@@ -12,7 +12,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
 from agents import ingest
-from app import consumer, exactly_once, internals
+from app import backlog, consumer, internals, step
 from app.faust_app import app
 from app.outbox import transactional_id
 from app.partition_tasks import PartitionTask, PartitionTasks
@@ -67,21 +67,21 @@ async def test_caught_up_means_fetched_processed_and_committed(
 
     monkeypatch.setattr(app.consumer, "highwater", lambda _: 10)
     monkeypatch.setattr(app.consumer, "position", at)
-    assert not await exactly_once.caught_up(app, tp)  # not assigned here
+    assert not await backlog.caught_up(app, tp)  # not assigned here
     app.partition_tasks.assigned({tp})
     task = app.partition_tasks.get(tp)
     assert isinstance(task, PartitionTask)
     progress = task.offsets
-    assert not await exactly_once.caught_up(app, tp)  # not yet sought to the committed offset
+    assert not await backlog.caught_up(app, tp)  # not yet sought to the committed offset
     progress.sought_to_committed(8)
     app.consumer._committed_offset[tp] = 8
     progress.processed(8)
     progress.processed(9)
-    assert not await exactly_once.caught_up(app, tp)  # processed, not committed
+    assert not await backlog.caught_up(app, tp)  # processed, not committed
     app.consumer._committed_offset[tp] = 10
-    assert await exactly_once.caught_up(app, tp)
+    assert await backlog.caught_up(app, tp)
     position = 9  # more to fetch
-    assert not await exactly_once.caught_up(app, tp)
+    assert not await backlog.caught_up(app, tp)
 
 
 async def test_a_revocation_retires_the_transaction_producers_of_revoked_partitions(
@@ -119,7 +119,7 @@ async def test_waiting_before_a_step_ends_when_the_flow_stops(
 
     monkeypatch.setattr(app, "_consumer", Consumer())
     never = asyncio.Event()
-    waiting = asyncio.ensure_future(exactly_once.before_step(app, never.wait()))
+    waiting = asyncio.ensure_future(step.before_step(app, never.wait()))
     await asyncio.sleep(0)
     assert not waiting.done()
     Consumer.suspend_flow.set()  # a rebalance or a stop begins

@@ -1,0 +1,27 @@
+"""Whether an input partition has nothing on its way: all of it fetched, processed and
+committed (ingest's idle partitions hold no watermark back)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from faust.types import TP
+
+from app import internals
+from app.faust_app import PairstreamApp
+
+
+async def caught_up(app: PairstreamApp, tp: TP) -> bool:
+    """Whether everything in an input partition has been fetched, processed and
+    committed: nothing of it is on its way."""
+    consumer: Any = app.consumer
+    task = app.partition_tasks.get(tp)
+    highwater: int | None = consumer.highwater(tp)
+    if task is None or highwater is None:
+        return False
+    offsets = task.offsets
+    if offsets.next is None or offsets.unprocessed:
+        return False
+    committed = internals.committed_offset(consumer, tp) or 0
+    position: int | None = await consumer.position(tp)
+    return position is not None and position >= highwater and committed >= offsets.next

@@ -1,0 +1,89 @@
+"""Which records of a stream reach a step: each offset of an input partition once,
+in order, in the assignment that owns it (the skip filter in front of every agent)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from faust.types import TP, EventT
+
+from app import internals
+from app.faust_app import PairstreamApp
+from app.kafka_admin import committed_records_between
+from app.progress import Progress, Verdict
+from app.settings import settings
+
+log = logging.getLogger(__name__)
+
+
+async def events_once(app: PairstreamApp, stream: Any) -> AsyncIterator[EventT[Any]]:
+    """The stream's events, each offset once and in order per assignment, acked by
+    `exactly_once`.
+
+    Skipped, and never acked (an ack would let a commit pass their offset):
+      * records of an assignment being revoked or stopped (`PartitionTasks.closing`),
+        of a partition with no task (not assigned here), or that arrive while tables
+        are being restored, or before the partition has been sought to its committed
+        offset: all are delivered again after the seek;
+      * records at or before one already processed in this assignment, or below the
+        committed offset: faust delivers the last-read record again when its fetcher
+        restarts (its check is `offset >= last read`); processed again, their
+        outputs would commit twice;
+      * a record delivered while an earlier delivered one is still unprocessed, or the
+        first after a seek when committed records it leaves out were never delivered
+        (`_check_jump`): the partition is sought back to the first unprocessed offset.
+    The agent's body must not await before `exactly_once` takes its lock; an agent that
+    must await first (delivery) does so through `before_step`, and checks `still_current`
+    after it.
+    """
+    tasks = app.partition_tasks
+    consumer: Any = app.consumer
+    held = consumer.last_read.holds
+    async for event in stream.noack().events():
+        message = event.message
+        tp = message.tp
+        task = tasks.get(tp)
+        reason: str
+        if tasks.closing:
+            reason = "closing"
+        elif task is None:
+            reason = "unassigned"
+        elif app.in_recovery:
+            reason = "recovering"
+            task.offsets.skipped(message.offset)
+        else:
+            offsets = task.offsets
+            verdict = offsets.verdict(message.offset)
+            if verdict is Verdict.PROCESS and offsets.jumps_from_seek(message.offset):
+                verdict = await _check_jump(tp, offsets, message.offset)
+            if verdict is Verdict.PROCESS:
+                if held:
+                    held.pop(tp, None)  # back in order after a seek back
+                yield event
+                continue
+            reason = verdict.value
+            if verdict is not Verdict.REDELIVERED:
+                offsets.skipped(message.offset)
+            if verdict is Verdict.OUT_OF_ORDER and offsets.next is not None:
+                # Again for every such record: aiokafka may hand on records it
+                # fetched before the last seek.
+                await consumer.seek_back(tp, offsets.next)
+        log.warning("skipped %s record %s@%d", reason, tp, message.offset)
+        tasks.stats.count(f"skipped_{reason}")
+        internals.forget_unacked(consumer, message)
+
+
+async def _check_jump(tp: TP, offsets: Progress, offset: int) -> Verdict:
+    sought = offsets.next
+    assert sought is not None  # a jump is measured from the sought offset
+    if not await committed_records_between(settings(), tp, sought, offset - 1):
+        return Verdict.PROCESS  # markers and aborted records only
+    log.error(
+        "%s: committed records %d..%d were fetched and never delivered; seeking back",
+        tp,
+        sought,
+        offset - 1,
+    )
+    return Verdict.OUT_OF_ORDER
