@@ -10,10 +10,11 @@ import sys
 import uuid
 from pathlib import Path
 
-from bench.ceiling import CeilingResult, consume_produce
-from bench.pairstream import PairstreamResult, run_worker
-from bench.quix import QuixResult, run_quix
-from bench.report import render
+from bench.ceiling import consume_produce
+from bench.pairstream import run_worker
+from bench.quix import run_quix
+from bench.report import Results, render
+from bench.restart import run_restart
 from bench.workload import pre_produce, workload
 from tools import broker
 
@@ -22,28 +23,29 @@ CEILING_COMMIT_INTERVAL = 1.0
 
 
 async def measure(
-    bootstrap: str, events: int, intervals: list[float], timeout: float
-) -> tuple[list[PairstreamResult], list[QuixResult], list[CeilingResult]]:
+    bootstrap: str, events: int, intervals: list[float], pending: list[int], timeout: float
+) -> Results:
+    results = Results()
     records = workload(events)
-    pairstream = []
     for interval in intervals:
         print(f"pairstream, commit interval {interval:g} s ...", flush=True)
-        pairstream.append(await run_worker(bootstrap, records, interval, timeout))
+        results.pairstream.append(await run_worker(bootstrap, records, interval, timeout))
     source = f"bench-input-{uuid.uuid4().hex[:8]}"
     await pre_produce(bootstrap, source, records)
-    quix = []
     for interval in intervals:
         print(f"Quix Streams, commit interval {interval:g} s ...", flush=True)
-        quix.append(await run_quix(bootstrap, source, records, interval, timeout))
-    ceiling = []
+        results.quix.append(await run_quix(bootstrap, source, records, interval, timeout))
     for transactional in (True, False):
         print(f"ceiling, transactions {transactional} ...", flush=True)
-        ceiling.append(
+        results.ceiling.append(
             await consume_produce(
                 bootstrap, source, len(records), transactional, CEILING_COMMIT_INTERVAL
             )
         )
-    return pairstream, quix, ceiling
+    for count in pending:
+        print(f"restart with {count:,} keys pending ...", flush=True)
+        results.restart.append(await run_restart(bootstrap, count, timeout))
+    return results
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -52,19 +54,26 @@ def main(argv: list[str] | None = None) -> None:
         "--smoke", action="store_true", help="a few seconds: 3,000 events, 1 s commits"
     )
     parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument(
+        "--pending",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[100_000, 1_000_000],
+        help="keys pending in the restart runs, comma-separated",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "BENCHMARKS.md")
     parser.add_argument("--bootstrap", help="a running broker; default: the local one on 9092")
     args = parser.parse_args(argv)
     events = 3_000 if args.smoke else args.events
     intervals = [1.0] if args.smoke else [0.1, 0.5, 1.0]
+    pending = [3_000] if args.smoke else args.pending
     if args.bootstrap is None:
         nodes = broker.cluster(1, 9092)
         broker.start(nodes, timeout=120)
         args.bootstrap = broker.bootstrap_servers(nodes)
     timeout = 120 if args.smoke else 3600
-    pairstream, quix, ceiling = asyncio.run(measure(args.bootstrap, events, intervals, timeout))
+    results = asyncio.run(measure(args.bootstrap, events, intervals, pending, timeout))
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
-    args.out.write_text(render(command, events, pairstream, quix, ceiling, CEILING_COMMIT_INTERVAL))
+    args.out.write_text(render(command, events, results, CEILING_COMMIT_INTERVAL))
     print(f"wrote {args.out}")
 
 

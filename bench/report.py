@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 import platform
 import re
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import version
 
 from bench.ceiling import CeilingResult
 from bench.pairstream import PairstreamResult
 from bench.quix import QUIXSTREAMS, QuixResult
+from bench.restart import HOLD_SECONDS, PROBES, RestartResult
 from bench.workload import INPUT_PARTITIONS
 from tools.broker import POM
 
@@ -31,6 +33,16 @@ def kafka_version() -> str:
     return found.group(1) if found else "?"
 
 
+@dataclass
+class Results:
+    """What one run of the suite measured."""
+
+    pairstream: list[PairstreamResult] = field(default_factory=list)
+    quix: list[QuixResult] = field(default_factory=list)
+    ceiling: list[CeilingResult] = field(default_factory=list)
+    restart: list[RestartResult] = field(default_factory=list)
+
+
 def seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -46,9 +58,7 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
 def render(
     command: str,
     events: int,
-    pairstream: list[PairstreamResult],
-    quix: list[QuixResult],
-    ceiling: list[CeilingResult],
+    results: Results,
     ceiling_commit_interval: float,
 ) -> str:
     lines = [
@@ -75,7 +85,7 @@ def render(
         ["commit interval (s)", "steady events/s", "start to last through (s)",
          "start to first through (s)", "worker CPU (s)"],
         [[f"{r.commit_interval:g}", f"{r.steady_rate:,.0f}", f"{r.seconds:.1f}",
-          seconds(r.first_through), f"{r.cpu_seconds:.1f}"] for r in pairstream],
+          seconds(r.first_through), f"{r.cpu_seconds:.1f}"] for r in results.pairstream],
     )  # fmt: skip
     lines += [
         "",
@@ -93,7 +103,7 @@ def render(
          "start to first commit (s)", "app CPU (s)", "pairs / expected"],
         [[f"{q.commit_interval:g}", f"{q.steady_rate:,.0f}", f"{q.seconds:.1f}",
           seconds(q.first_through), f"{q.cpu_seconds:.1f}",
-          f"{q.pairs:,} / {q.expected_pairs:,}"] for q in quix],
+          f"{q.pairs:,} / {q.expected_pairs:,}"] for q in results.quix],
     )  # fmt: skip
     lines += [
         "",
@@ -106,6 +116,29 @@ def render(
     lines += table(
         ["transactions", "events/s", "seconds", "CPU (s)"],
         [["yes" if c.transactional else "no", f"{c.rate:,.0f}", f"{c.seconds:.1f}",
-          f"{c.cpu_seconds:.1f}"] for c in ceiling],
+          f"{c.cpu_seconds:.1f}"] for c in results.ceiling],
+    )  # fmt: skip
+    lines += [
+        "",
+        "## Restart with keys pending",
+        "",
+        "One worker, 1 s commits, takes N A-events without partners (expiry and max wait"
+        f" {HOLD_SECONDS:,} s, so all stay pending), is killed with SIGKILL and started again"
+        f" at once; then {PROBES} B-events partner pending keys spread over all of them."
+        " Back to processing: from the kill to the first probe pair visible to a"
+        " read_committed consumer (and to the last), with the local RocksDB intact and"
+        " deleted (`bench/restart.py`). Memory and disk: with the N keys pending,"
+        " before the kill.",
+        "",
+    ]
+    lines += table(
+        ["keys pending", "taken in (s)", "intact: first / all (s)",
+         "deleted: first / all (s)", "resident MiB", "local disk MiB",
+         "MiB resident per 1M keys", "MiB disk per 1M keys"],
+        [[f"{r.pending:,}", f"{r.build_seconds:.1f}",
+          f"{r.intact_first:.1f} / {r.intact_all:.1f}",
+          f"{r.deleted_first:.1f} / {r.deleted_all:.1f}", f"{r.rss_mib:,.0f}",
+          f"{r.disk_mib:,.0f}", f"{r.rss_mib * 1e6 / r.pending:,.0f}",
+          f"{r.disk_mib * 1e6 / r.pending:,.0f}"] for r in results.restart],
     )  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -45,3 +45,9 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     assert quix[0] == "1"
     pairs, expected = (number(cell) for cell in quix[5].split(" / "))
     assert pairs == expected > 0  # the peer did the work: every pair, none twice
+    [restart] = table_rows(report, "Restart with keys pending")
+    assert restart[0] == "3,000"
+    for cell in restart[2:4]:  # intact, deleted: first / all probe pairs
+        first, last = (number(part) for part in cell.split(" / "))
+        assert 0 < first <= last
+    assert all(number(cell) > 0 for cell in restart[4:])
