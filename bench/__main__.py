@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 import uuid
 from pathlib import Path
 
 from bench.ceiling import consume_produce
+from bench.latency import run_latency
 from bench.pairstream import run_worker
 from bench.quix import run_quix
 from bench.report import Results, render
@@ -20,16 +22,30 @@ from tools import broker
 
 ROOT = Path(__file__).resolve().parent.parent
 CEILING_COMMIT_INTERVAL = 1.0
+NOTES = "<!-- written by hand from here on; a new run keeps it -->"
 
 
 async def measure(
-    bootstrap: str, events: int, intervals: list[float], pending: list[int], timeout: float
+    bootstrap: str,
+    events: int,
+    intervals: list[float],
+    loads: list[float],
+    level_seconds: float,
+    pending: list[int],
+    timeout: float,
 ) -> Results:
-    results = Results()
+    results = Results(level_seconds=level_seconds)
     records = workload(events)
     for interval in intervals:
         print(f"pairstream, commit interval {interval:g} s ...", flush=True)
         results.pairstream.append(await run_worker(bootstrap, records, interval, timeout))
+    at_max = results.pairstream[-1]  # the longest commit interval: the highest rate
+    print(f"latency, commit interval {at_max.commit_interval:g} s ...", flush=True)
+    # A smoke run is over before a steady rate can be read.
+    rate = at_max.steady_rate if math.isfinite(at_max.steady_rate) else events / at_max.seconds
+    results.latency = await run_latency(
+        bootstrap, at_max.commit_interval, rate, loads, level_seconds
+    )
     source = f"bench-input-{uuid.uuid4().hex[:8]}"
     await pre_produce(bootstrap, source, records)
     for interval in intervals:
@@ -66,14 +82,21 @@ def main(argv: list[str] | None = None) -> None:
     events = 3_000 if args.smoke else args.events
     intervals = [1.0] if args.smoke else [0.1, 0.5, 1.0]
     pending = [3_000] if args.smoke else args.pending
+    loads = [0.5] if args.smoke else [0.25, 0.5, 0.75]
+    level_seconds = 8.0 if args.smoke else 30.0
     if args.bootstrap is None:
         nodes = broker.cluster(1, 9092)
         broker.start(nodes, timeout=120)
         args.bootstrap = broker.bootstrap_servers(nodes)
     timeout = 120 if args.smoke else 3600
-    results = asyncio.run(measure(args.bootstrap, events, intervals, pending, timeout))
+    results = asyncio.run(
+        measure(args.bootstrap, events, intervals, loads, level_seconds, pending, timeout)
+    )
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
-    args.out.write_text(render(command, events, results, CEILING_COMMIT_INTERVAL))
+    # What was written by hand below the marker (the reading of the figures) stays.
+    notes = args.out.read_text().partition(NOTES)[2] if args.out.exists() else "\n"
+    report = render(command, events, results, CEILING_COMMIT_INTERVAL)
+    args.out.write_text(f"{report}\n{NOTES}{notes}")
     print(f"wrote {args.out}")
 
 

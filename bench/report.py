@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 
 from bench.ceiling import CeilingResult
+from bench.latency import WARM_UP, LatencyResult
 from bench.pairstream import PairstreamResult
 from bench.quix import QUIXSTREAMS, QuixResult
 from bench.restart import HOLD_SECONDS, PROBES, RestartResult
@@ -41,6 +42,8 @@ class Results:
     quix: list[QuixResult] = field(default_factory=list)
     ceiling: list[CeilingResult] = field(default_factory=list)
     restart: list[RestartResult] = field(default_factory=list)
+    latency: list[LatencyResult] = field(default_factory=list)
+    level_seconds: float = 0.0  # how long each latency level ran
 
 
 def seconds(value: float | None) -> str:
@@ -55,12 +58,11 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     ]
 
 
-def render(
-    command: str,
-    events: int,
-    results: Results,
-    ceiling_commit_interval: float,
-) -> str:
+def section(heading: str, text: str, header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["", f"## {heading}", "", text, "", *table(header, rows)]
+
+
+def render(command: str, events: int, results: Results, ceiling_commit_interval: float) -> str:
     lines = [
         "# Benchmarks",
         "",
@@ -73,65 +75,59 @@ def render(
         f"- Workload: {events:,} A/B events pre-produced into a {INPUT_PARTITIONS}-partition input"
         " topic under random producer keys; 5% of keys miss a partner, 2% of events are sent"
         " twice (`bench/workload.py`).",
-        "",
-        "## pairstream, one worker, exactly-once",
-        "",
-        "Read off the worker's `/stats` every 0.25 s: an event is *through* once the pairing",
-        "stage (the second of two) has acked it. Steady: events through per second between 10%",
-        "and 90% of the input. CPU: the worker process, start to end.",
-        "",
     ]
-    lines += table(
+    lines += section(
+        "pairstream, one worker, exactly-once",
+        "Read off the worker's `/stats` every 0.25 s: an event is *through* once the pairing"
+        " stage (the second of two) has acked it. Steady: events through per second between"
+        " 10% and 90% of the input. CPU: the worker process, start to end.",
         ["commit interval (s)", "steady events/s", "start to last through (s)",
          "start to first through (s)", "worker CPU (s)"],
         [[f"{r.commit_interval:g}", f"{r.steady_rate:,.0f}", f"{r.seconds:.1f}",
           seconds(r.first_through), f"{r.cpu_seconds:.1f}"] for r in results.pairstream],
     )  # fmt: skip
-    lines += [
-        "",
-        "## The peer: the same work as a Quix Streams app, exactly-once",
-        "",
+    lines += section(
+        "Latency under load",
+        "One worker on empty topics; A/B partners produced at a share of the steady rate"
+        f" above (the longest commit interval), each level for {results.level_seconds:g} s,"
+        f" the first {WARM_UP:g} s left out. Latency: from the send of a pair's second event"
+        " to the pair visible to a read_committed consumer (`bench/latency.py`).",
+        ["commit interval (s)", "load", "events/s offered", "pairs", "p50 (s)", "p99 (s)",
+         "max (s)"],
+        [[f"{r.commit_interval:g}", f"{r.load:.0%}", f"{r.events_per_second:,.0f}",
+          f"{r.pairs:,}", f"{r.p50:.3f}", f"{r.p99:.3f}", f"{r.max:.3f}"]
+         for r in results.latency],
+    )  # fmt: skip
+    lines += section(
+        "The peer: the same work as a Quix Streams app, exactly-once",
         f"`bench/quix_app.py` on {QUIXSTREAMS} in its own venv, over the same pre-produced"
         " input: parse, repartition by the pair key, one RocksDB read and one write per event"
         " with a changelog, pairs out; no expiry. Steady: its consumer group's committed"
         " offsets on the repartition topic (transaction markers included, under 0.1%)."
         " Pairs: visible to a read_committed consumer, against the workload's own count.",
-        "",
-    ]
-    lines += table(
         ["commit interval (s)", "steady events/s", "start to last pair (s)",
          "start to first commit (s)", "app CPU (s)", "pairs / expected"],
         [[f"{q.commit_interval:g}", f"{q.steady_rate:,.0f}", f"{q.seconds:.1f}",
           seconds(q.first_through), f"{q.cpu_seconds:.1f}",
           f"{q.pairs:,} / {q.expected_pairs:,}"] for q in results.quix],
     )  # fmt: skip
-    lines += [
-        "",
-        "## The ceiling: a bare aiokafka consume -> produce loop",
-        "",
+    lines += section(
+        "The ceiling: a bare aiokafka consume -> produce loop",
         f"One stage, no parsing, no state, commits every {ceiling_commit_interval:g} s"
         " (`bench/ceiling.py`); CPU of the loop's process.",
-        "",
-    ]
-    lines += table(
         ["transactions", "events/s", "seconds", "CPU (s)"],
         [["yes" if c.transactional else "no", f"{c.rate:,.0f}", f"{c.seconds:.1f}",
           f"{c.cpu_seconds:.1f}"] for c in results.ceiling],
     )  # fmt: skip
-    lines += [
-        "",
-        "## Restart with keys pending",
-        "",
+    lines += section(
+        "Restart with keys pending",
         "One worker, 1 s commits, takes N A-events without partners (expiry and max wait"
         f" {HOLD_SECONDS:,} s, so all stay pending), is killed with SIGKILL and started again"
         f" at once; then {PROBES} B-events partner pending keys spread over all of them."
         " Back to processing: from the kill to the first probe pair visible to a"
         " read_committed consumer (and to the last), with the local RocksDB intact and"
-        " deleted (`bench/restart.py`). Memory and disk: with the N keys pending,"
-        " before the kill.",
-        "",
-    ]
-    lines += table(
+        " deleted (`bench/restart.py`). Memory and disk: with the N keys pending, before"
+        " the kill.",
         ["keys pending", "taken in (s)", "intact: first / all (s)",
          "deleted: first / all (s)", "resident MiB", "local disk MiB",
          "MiB resident per 1M keys", "MiB disk per 1M keys"],

@@ -38,6 +38,10 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     assert pairstream[0] == "1"
     steady, last, first, cpu = (number(cell) for cell in pairstream[1:])
     assert steady > 0 and cpu > 0 and 0 < first <= last
+    [latency] = table_rows(report, "Latency under load")
+    assert latency[1] == "50%"
+    pairs, p50, p99, worst = (number(cell) for cell in latency[3:])
+    assert pairs > 0 and 0 < p50 <= p99 <= worst
     ceiling = table_rows(report, "The ceiling: a bare aiokafka consume -> produce loop")
     assert [row[0] for row in ceiling] == ["yes", "no"]
     assert all(number(cell) > 0 for row in ceiling for cell in row[1:3])

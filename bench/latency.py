@@ -1,0 +1,151 @@
+"""End-to-end latency under load: one worker, A/B partners produced at a steady rate
+(each B right after its A, no producer key), and each pair's latency from the send of
+its second event to the pair being visible to a read_committed consumer."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from aiokafka import AIOKafkaProducer
+
+from app.kafka_admin import ensure_topics
+from app.settings import Settings
+from bench.pairstream import free_port
+from bench.workload import INPUT_PARTITIONS, create_topic
+from tools.demo import run_settings, start_worker, stop_worker, wait_ready
+from tools.generate import BASE_TIME
+from tools.read_outputs import OutputReader
+
+SPACING = timedelta(milliseconds=1)  # between keys: each key's timestamp is its own
+WARM_UP = 3.0  # seconds of each level left out of its figures
+DRAIN_SECONDS = 120.0  # after a level, for its last pairs
+
+
+@dataclass(frozen=True)
+class LatencyResult:
+    commit_interval: float
+    load: float  # the share of the measured maximum
+    events_per_second: float  # offered
+    pairs: int  # measured (after the warm-up)
+    p50: float  # seconds
+    p99: float
+    max: float
+
+
+def percentile(ordered: list[float], share: float) -> float:
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+async def offer(
+    producer: AIOKafkaProducer, topic: str, rate: float, seconds: float, first: int
+) -> dict[str, float]:
+    """Partners at `rate` events/s for `seconds`: when each pair's second event was sent,
+    by the first event's id."""
+    keys_per_second = rate / 2
+    sent: dict[str, float] = {}
+    started = time.monotonic()
+    n = first
+    while (elapsed := time.monotonic() - started) < seconds:
+        stamp = (BASE_TIME + n * SPACING).strftime("%Y-%m-%d %H:%M:%S.%f")
+        for kind in ("A", "B"):
+            value = f'{{"type":"{kind}","timestamp":"{stamp}","value":1,"id":"{kind}-{n}"}}'
+            await producer.send(topic, value.encode())
+        sent[f"A-{n}"] = time.monotonic()
+        n += 1
+        ahead = (n - first) / keys_per_second - elapsed
+        if ahead > 0:
+            await asyncio.sleep(ahead)
+    return sent
+
+
+async def read_pairs(reader: OutputReader, seen: dict[str, float]) -> None:
+    while True:
+        before = len(reader.outputs.pairs)
+        await reader.poll()
+        now = time.monotonic()
+        for pair in reader.outputs.pairs[before:]:
+            seen[pair["a_id"]] = now
+
+
+async def run_latency(
+    bootstrap: str, commit_interval: float, max_rate: float, loads: list[float], seconds: float
+) -> list[LatencyResult]:
+    run_id = f"bench-latency-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    os.environ.update(
+        {
+            **run_settings(run_id),
+            "PAIRSTREAM_BROKER": f"kafka://{bootstrap}",
+            "PAIRSTREAM_EVENTS_PARTITIONS": str(INPUT_PARTITIONS),
+            "PAIRSTREAM_COMMIT_INTERVAL_SECONDS": str(commit_interval),
+            "PAIRSTREAM_WEB_PORT": str(port),
+        }
+    )
+    conf = Settings()
+    await create_topic(bootstrap, conf.events_topic)
+    await ensure_topics(conf)
+    log_path = Path(conf.data_dir).with_name(f"{run_id}-worker.log")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    worker = start_worker(log_path)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, linger_ms=5)
+    try:
+        await wait_ready(log_path, worker)
+        await producer.start()
+        async with OutputReader(conf) as reader:
+            seen: dict[str, float] = {}
+            reading = asyncio.ensure_future(read_pairs(reader, seen))
+            try:
+                results = await measure_levels(
+                    producer, conf.events_topic, seen, commit_interval, max_rate, loads, seconds
+                )
+            finally:
+                reading.cancel()
+                with suppress(asyncio.CancelledError):
+                    await reading
+    finally:
+        await producer.stop()
+        stop_worker(worker)
+    return results
+
+
+async def measure_levels(
+    producer: AIOKafkaProducer,
+    topic: str,
+    seen: dict[str, float],
+    commit_interval: float,
+    max_rate: float,
+    loads: list[float],
+    seconds: float,
+) -> list[LatencyResult]:
+    results = []
+    first = 0
+    for load in loads:
+        rate = max_rate * load
+        sent = await offer(producer, topic, rate, seconds, first)
+        first += len(sent)
+        measured = list(sent.items())[int(len(sent) * WARM_UP / seconds) :]
+        deadline = time.monotonic() + DRAIN_SECONDS
+        while missing := [key for key, _ in measured if key not in seen]:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{len(missing)} pairs not visible, e.g. {missing[:3]}")
+            await asyncio.sleep(0.5)
+        ordered = sorted(seen[key] - at for key, at in measured)
+        results.append(
+            LatencyResult(
+                commit_interval,
+                load,
+                rate,
+                len(ordered),
+                percentile(ordered, 0.5),
+                percentile(ordered, 0.99),
+                ordered[-1],
+            )
+        )
+    return results
