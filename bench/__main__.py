@@ -33,6 +33,7 @@ async def measure(
     level_seconds: float,
     pending: list[int],
     timeout: float,
+    profile_to: Path | None,
 ) -> Results:
     results = Results(level_seconds=level_seconds)
     records = workload(events)
@@ -46,6 +47,11 @@ async def measure(
     results.latency = await run_latency(
         bootstrap, at_max.commit_interval, rate, loads, level_seconds
     )
+    if profile_to is not None:
+        print(f"pairstream under py-spy, commit interval {at_max.commit_interval:g} s ...")
+        results.profiled = await run_worker(
+            bootstrap, records, at_max.commit_interval, timeout, profile_to
+        )
     source = f"bench-input-{uuid.uuid4().hex[:8]}"
     await pre_produce(bootstrap, source, records)
     for interval in intervals:
@@ -76,6 +82,12 @@ def main(argv: list[str] | None = None) -> None:
         default=[100_000, 1_000_000],
         help="keys pending in the restart runs, comma-separated",
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="FILE",
+        help="one more pairstream run (longest commit interval) under py-spy, raw output to FILE",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "BENCHMARKS.md")
     parser.add_argument("--bootstrap", help="a running broker; default: the local one on 9092")
     args = parser.parse_args(argv)
@@ -90,7 +102,9 @@ def main(argv: list[str] | None = None) -> None:
         args.bootstrap = broker.bootstrap_servers(nodes)
     timeout = 120 if args.smoke else 3600
     results = asyncio.run(
-        measure(args.bootstrap, events, intervals, loads, level_seconds, pending, timeout)
+        measure(
+            args.bootstrap, events, intervals, loads, level_seconds, pending, timeout, args.profile
+        )
     )
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
     # What was written by hand below the marker (the reading of the figures) stays.

@@ -15,6 +15,7 @@ import aiohttp
 
 from app.kafka_admin import ensure_topics
 from app.settings import Settings
+from bench import profile
 from bench.measure import Samples, cpu_seconds
 from bench.workload import INPUT_PARTITIONS, pre_produce
 from tools.demo import run_settings, start_worker, stop_worker, wait_ready
@@ -29,6 +30,7 @@ class PairstreamResult:
     seconds: float  # worker start to the last event through both stages
     first_through: float | None  # worker start to the first event through both stages
     cpu_seconds: float  # of the worker process
+    profile: profile.Profile | None  # py-spy, from ready to the last event through
 
 
 def free_port() -> int:
@@ -51,8 +53,13 @@ async def through_pairing(url: str) -> int:
 
 
 async def run_worker(
-    bootstrap: str, records: list[Record], commit_interval: float, timeout: float
+    bootstrap: str,
+    records: list[Record],
+    commit_interval: float,
+    timeout: float,
+    profile_to: Path | None = None,
 ) -> PairstreamResult:
+    """Run one worker over `records`; with `profile_to`, under py-spy, raw output there."""
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
     port = free_port()
     env = {
@@ -70,8 +77,11 @@ async def run_worker(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     worker = start_worker(log_path)
     started = time.monotonic()
+    recorder = None
     try:
         await wait_ready(log_path, worker)
+        if profile_to is not None:
+            recorder = profile.start(worker.pid, profile_to)
         progress = Samples()
         url = f"http://127.0.0.1:{port}/stats"
         while True:
@@ -85,7 +95,12 @@ async def run_worker(
             await asyncio.sleep(0.25)
         cpu = cpu_seconds(worker.pid)
     finally:
+        if recorder is not None:
+            profile.stop(recorder)
         stop_worker(worker)
+    summary = None
+    if profile_to is not None and profile_to.exists():
+        summary = profile.summarize(profile_to.read_text())
     return PairstreamResult(
         commit_interval,
         len(records),
@@ -93,4 +108,5 @@ async def run_worker(
         progress.samples[-1][0],
         progress.first_at(),
         cpu,
+        summary,
     )

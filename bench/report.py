@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import version
 
+from bench import profile
 from bench.ceiling import CeilingResult
 from bench.latency import WARM_UP, LatencyResult
 from bench.pairstream import PairstreamResult
@@ -44,6 +45,7 @@ class Results:
     restart: list[RestartResult] = field(default_factory=list)
     latency: list[LatencyResult] = field(default_factory=list)
     level_seconds: float = 0.0  # how long each latency level ran
+    profiled: PairstreamResult | None = None  # one more run, under py-spy
 
 
 def seconds(value: float | None) -> str:
@@ -60,6 +62,27 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def section(heading: str, text: str, header: list[str], rows: list[list[str]]) -> list[str]:
     return ["", f"## {heading}", "", text, "", *table(header, rows)]
+
+
+def profile_section(run: PairstreamResult, found: profile.Profile) -> list[str]:
+    lines = [
+        "",
+        f"### Where the worker's CPU went (commit interval {run.commit_interval:g} s)",
+        "",
+        f"One more run of the same, under py-spy (`--profile`), not in the table above:"
+        f" {run.steady_rate:,.0f} events/s steady, {run.cpu_seconds:.1f} s CPU;"
+        f" {found.samples:,} samples of the running threads, by the frame executing (self"
+        " time).",
+        "",
+    ]
+    lines += table(
+        ["package", "share"], [[name, f"{share:.1%}"] for name, share in found.by_package]
+    )
+    lines.append("")
+    lines += table(
+        ["function", "share"], [[name, f"{share:.1%}"] for name, share in found.by_function]
+    )
+    return lines
 
 
 def render(command: str, events: int, results: Results, ceiling_commit_interval: float) -> str:
@@ -86,6 +109,8 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
         [[f"{r.commit_interval:g}", f"{r.steady_rate:,.0f}", f"{r.seconds:.1f}",
           seconds(r.first_through), f"{r.cpu_seconds:.1f}"] for r in results.pairstream],
     )  # fmt: skip
+    if results.profiled is not None and results.profiled.profile is not None:
+        lines += profile_section(results.profiled, results.profiled.profile)
     lines += section(
         "Latency under load",
         "One worker on empty topics; A/B partners produced at a share of the steady rate"

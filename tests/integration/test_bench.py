@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def table_rows(report: str, heading: str) -> list[list[str]]:
-    section = report.split(f"## {heading}", 1)[1].split("\n## ", 1)[0]
+    section = report.split(f"## {heading}", 1)[1].split("\n#", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ")]
     return [
         [cell.strip() for cell in row.strip("|").split("|")] for row in rows[2:]
@@ -30,7 +30,8 @@ def number(cell: str) -> float:
 
 def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     out = tmp_path / "BENCHMARKS.md"
-    command = [sys.executable, "-m", "bench", "--smoke", "--bootstrap", broker, "--out", str(out)]
+    command = [sys.executable, "-m", "bench", "--smoke", "--bootstrap", broker, "--out", str(out),
+               "--profile", str(tmp_path / "profile.txt")]  # fmt: skip
     subprocess.run(command, cwd=ROOT, check=True, timeout=600)
     report = out.read_text()
     assert "3,000 A/B events" in report
@@ -38,6 +39,10 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     assert pairstream[0] == "1"
     steady, last, first, cpu = (number(cell) for cell in pairstream[1:])
     assert steady > 0 and cpu > 0 and 0 < first <= last
+    profiled = report.split("### Where the worker's CPU went", 1)[1]
+    assert re.search(
+        r"py-spy[^.]*: [\d,.]+ events/s steady, [\d.]+ s CPU; [1-9][\d,]* samples", profiled
+    )
     [latency] = table_rows(report, "Latency under load")
     assert latency[1] == "50%"
     pairs, p50, p99, worst = (number(cell) for cell in latency[3:])
