@@ -85,6 +85,13 @@ class Settings(BaseSettings):
         description="how often a worker refreshes cluster metadata: a subscribed topic it did"
         " not see at its assignment (just created) is picked up within this time",
     )
+    producer_linger_seconds: float = Field(
+        0.1,
+        ge=0,
+        description="how long a producer gathers records into one request; a commit sends"
+        " what is gathered at once, so outputs come no later (faust's 0 sends a request per"
+        " record or two)",
+    )
     transaction_timeout_seconds: float = Field(
         60.0, gt=0, description="the broker aborts a transaction left open this long"
     )

@@ -23,3 +23,17 @@ def test_static_membership_is_off_unless_a_worker_is_given_an_instance_id(
         assert create_app().conf.consumer_group_instance_id == "pairstream-2"
     finally:
         settings.cache_clear()
+
+
+def test_producers_gather_records_for_the_configured_linger(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # faust's 0 made a produce request for every record or two (issue 14).
+    assert app.conf.producer_linger == settings().producer_linger_seconds > 0
+    monkeypatch.setenv("PAIRSTREAM_PRODUCER_LINGER_SECONDS", "0.02")
+    settings.cache_clear()
+    try:
+        fresh = create_app()
+        assert fresh.producer.linger_ms == 20  # what aiokafka is given, transactions too
+    finally:
+        settings.cache_clear()
