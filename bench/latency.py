@@ -5,21 +5,17 @@ its second event to the pair being visible to a read_committed consumer."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-import uuid
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
 from app.kafka_admin import ensure_topics
-from app.settings import Settings
-from bench.pairstream import free_port
-from bench.workload import INPUT_PARTITIONS, create_topic
-from tools.demo import run_settings, start_worker, stop_worker, wait_ready
+from bench.pairstream import worker_run
+from bench.workload import create_topic
+from tools.demo import start_worker, stop_worker, wait_ready
 from tools.generate import BASE_TIME
 from tools.read_outputs import OutputReader
 
@@ -77,22 +73,10 @@ async def read_pairs(reader: OutputReader, seen: dict[str, float]) -> None:
 async def run_latency(
     bootstrap: str, commit_interval: float, max_rate: float, loads: list[float], seconds: float
 ) -> list[LatencyResult]:
-    run_id = f"bench-latency-{uuid.uuid4().hex[:8]}"
-    port = free_port()
-    os.environ.update(
-        {
-            **run_settings(run_id),
-            "PAIRSTREAM_BROKER": f"kafka://{bootstrap}",
-            "PAIRSTREAM_EVENTS_PARTITIONS": str(INPUT_PARTITIONS),
-            "PAIRSTREAM_COMMIT_INTERVAL_SECONDS": str(commit_interval),
-            "PAIRSTREAM_WEB_PORT": str(port),
-        }
-    )
-    conf = Settings()
+    run = worker_run("bench-latency", bootstrap, commit_interval)
+    conf, log_path = run.conf, run.log_path
     await create_topic(bootstrap, conf.events_topic)
     await ensure_topics(conf)
-    log_path = Path(conf.data_dir).with_name(f"{run_id}-worker.log")
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     worker = start_worker(log_path)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, linger_ms=5)
     try:

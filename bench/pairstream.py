@@ -33,6 +33,38 @@ class PairstreamResult:
     profile: profile.Profile | None  # py-spy, from ready to the last event through
 
 
+@dataclass(frozen=True)
+class WorkerRun:
+    """Fresh topics and settings for one benchmark worker; its log; its /stats."""
+
+    conf: Settings
+    log_path: Path
+    stats_url: str
+
+
+def worker_run(
+    kind: str, bootstrap: str, commit_interval: float, extra: dict[str, str] | None = None
+) -> WorkerRun:
+    """Settings for a worker of its own run id, put in this process's environment, which
+    the worker started by `start_worker` inherits."""
+    run_id = f"{kind}-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    os.environ.update(
+        {
+            **run_settings(run_id),
+            "PAIRSTREAM_BROKER": f"kafka://{bootstrap}",
+            "PAIRSTREAM_EVENTS_PARTITIONS": str(INPUT_PARTITIONS),
+            "PAIRSTREAM_COMMIT_INTERVAL_SECONDS": str(commit_interval),
+            "PAIRSTREAM_WEB_PORT": str(port),
+            **(extra or {}),
+        }
+    )
+    conf = Settings()
+    log_path = Path(conf.data_dir).with_name(f"{run_id}-worker.log")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    return WorkerRun(conf, log_path, f"http://127.0.0.1:{port}/stats")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -60,21 +92,10 @@ async def run_worker(
     profile_to: Path | None = None,
 ) -> PairstreamResult:
     """Run one worker over `records`; with `profile_to`, under py-spy, raw output there."""
-    run_id = f"bench-{uuid.uuid4().hex[:8]}"
-    port = free_port()
-    env = {
-        **run_settings(run_id),
-        "PAIRSTREAM_BROKER": f"kafka://{bootstrap}",
-        "PAIRSTREAM_EVENTS_PARTITIONS": str(INPUT_PARTITIONS),
-        "PAIRSTREAM_COMMIT_INTERVAL_SECONDS": str(commit_interval),
-        "PAIRSTREAM_WEB_PORT": str(port),
-    }
-    os.environ.update(env)
-    conf = Settings()
-    await pre_produce(bootstrap, conf.events_topic, records)
-    await ensure_topics(conf)
-    log_path = Path(conf.data_dir).with_name(f"{run_id}-worker.log")
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    run = worker_run("bench", bootstrap, commit_interval)
+    await pre_produce(bootstrap, run.conf.events_topic, records)
+    await ensure_topics(run.conf)
+    log_path = run.log_path
     worker = start_worker(log_path)
     started = time.monotonic()
     recorder = None
@@ -83,9 +104,8 @@ async def run_worker(
         if profile_to is not None:
             recorder = profile.start(worker.pid, profile_to)
         progress = Samples()
-        url = f"http://127.0.0.1:{port}/stats"
         while True:
-            done = await through_pairing(url)
+            done = await through_pairing(run.stats_url)
             elapsed = time.monotonic() - started
             progress.samples.append((elapsed, done))
             if done >= len(records):

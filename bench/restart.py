@@ -12,16 +12,15 @@ import shutil
 import signal
 import subprocess
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
 from app.kafka_admin import ensure_topics
 from app.settings import Settings
-from bench.pairstream import free_port, through_pairing
-from bench.workload import INPUT_PARTITIONS, pre_produce
-from tools.demo import run_settings, start_worker, stop_worker, wait_ready
+from bench.pairstream import through_pairing, worker_run
+from bench.workload import pre_produce
+from tools.demo import start_worker, stop_worker, wait_ready
 from tools.generate import BASE_TIME, Record, produce
 from tools.read_outputs import OutputReader
 
@@ -95,31 +94,22 @@ async def back_to_processing(
 
 
 async def run_restart(bootstrap: str, pending: int, timeout: float) -> RestartResult:
-    run_id = f"bench-restart-{uuid.uuid4().hex[:8]}"
-    port = free_port()
-    os.environ.update(
-        {
-            **run_settings(run_id),
-            "PAIRSTREAM_BROKER": f"kafka://{bootstrap}",
-            "PAIRSTREAM_EVENTS_PARTITIONS": str(INPUT_PARTITIONS),
-            "PAIRSTREAM_COMMIT_INTERVAL_SECONDS": "1",
-            "PAIRSTREAM_EXPIRY_SECONDS": str(HOLD_SECONDS),
-            "PAIRSTREAM_MAX_WAIT_SECONDS": str(HOLD_SECONDS),
-            "PAIRSTREAM_WEB_PORT": str(port),
-        }
+    hold = str(HOLD_SECONDS)
+    run = worker_run(
+        "bench-restart",
+        bootstrap,
+        1.0,
+        {"PAIRSTREAM_EXPIRY_SECONDS": hold, "PAIRSTREAM_MAX_WAIT_SECONDS": hold},
     )
-    conf = Settings()
+    conf, log_path = run.conf, run.log_path
     await pre_produce(bootstrap, conf.events_topic, pending_records(pending))
     await ensure_topics(conf)
     data_dir = Path(conf.data_dir)
-    log_path = data_dir.with_name(f"{run_id}-worker.log")
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     worker = start_worker(log_path)
     started = time.monotonic()
     try:
         await wait_ready(log_path, worker)
-        url = f"http://127.0.0.1:{port}/stats"
-        while await through_pairing(url) < pending:
+        while await through_pairing(run.stats_url) < pending:
             if time.monotonic() - started > timeout:
                 raise TimeoutError(f"{pending} pending events not processed in {timeout:.0f} s")
             await asyncio.sleep(0.5)
