@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import faust
@@ -13,6 +14,8 @@ from app.worker import PairstreamWorker
 
 if TYPE_CHECKING:
     from app.delivery import Dispatcher
+
+log = logging.getLogger(__name__)
 
 
 class PairstreamApp(faust.App):
@@ -33,10 +36,14 @@ class PairstreamApp(faust.App):
 
 def create_app() -> PairstreamApp:
     conf = settings()
+    if conf.bench_without_transactions:
+        log.warning("PAIRSTREAM_BENCH_WITHOUT_TRANSACTIONS: at-least-once, outputs can repeat")
     return PairstreamApp(
         conf.app_id,
         broker=conf.broker,
-        processing_guarantee="exactly_once",
+        processing_guarantee=(
+            "at_least_once" if conf.bench_without_transactions else "exactly_once"
+        ),
         store="rocksdb://",
         # Records and table values are bytes our own codecs write and read once.
         key_serializer="raw",

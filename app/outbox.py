@@ -55,14 +55,22 @@ async def send_in_transaction(
 ) -> list[asyncio.Future[Any]]:
     """Send into the open transaction that carries tp's offsets, and return the
     records' deliveries. The caller holds the commit lock
-    (PartitionTasks.commit_lock), so no commit comes in between."""
+    (PartitionTasks.commit_lock), so no commit comes in between. With
+    `bench_without_transactions` (no transactions) the same sends go through the
+    app's plain producer, which faust flushes before each commit."""
     tid = transactional_id(app, tp)
+    deliveries = []
+    if not app.in_transaction:
+        for topic, key, value, partition in records:
+            delivery: Any = await app.producer.send(topic, key, value, partition, None, None)
+            delivery.add_done_callback(_crash_on_failure(app, tid))
+            deliveries.append(delivery)
+        return deliveries
     transaction = internals.transaction_producer(tid)
     if transaction is None:
         # Sending without the transaction would break exactly-once: stop instead.
         raise DeliveryFailed(f"no open transaction {tid} for {tp}")
     producer, lock = transaction
-    deliveries = []
     async with lock:
         for topic, key, value, partition in records:
             delivery = await producer.send(topic, value, key=key, partition=partition)

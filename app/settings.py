@@ -95,6 +95,11 @@ class Settings(BaseSettings):
     transaction_timeout_seconds: float = Field(
         60.0, gt=0, description="the broker aborts a transaction left open this long"
     )
+    bench_without_transactions: bool = Field(
+        False,
+        description="benchmarks only (python -m bench): the same processing, at-least-once,"
+        " to measure what transactions cost; after a crash outputs can repeat",
+    )
     standby_replicas: int = Field(0, ge=0, description="warm copies of each table partition")
     data_dir: Path = Field(ROOT / ".run" / "worker", description="RocksDB state and worker files")
     web_port: int = Field(6066, description="this worker's stats, metrics and dashboard")

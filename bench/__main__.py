@@ -47,6 +47,10 @@ async def measure(
     results.latency = await run_latency(
         bootstrap, at_max.commit_interval, rate, loads, level_seconds
     )
+    print(f"pairstream without transactions, commit interval {at_max.commit_interval:g} s ...")
+    results.without_transactions = await run_worker(
+        bootstrap, records, at_max.commit_interval, timeout, transactions=False
+    )
     if profile_to is not None:
         print(f"pairstream under py-spy, commit interval {at_max.commit_interval:g} s ...")
         results.profiled = await run_worker(

@@ -90,9 +90,12 @@ async def run_worker(
     commit_interval: float,
     timeout: float,
     profile_to: Path | None = None,
+    transactions: bool = True,
 ) -> PairstreamResult:
-    """Run one worker over `records`; with `profile_to`, under py-spy, raw output there."""
-    run = worker_run("bench", bootstrap, commit_interval)
+    """Run one worker over `records`; with `profile_to`, under py-spy, raw output there;
+    without `transactions`, at-least-once (PAIRSTREAM_BENCH_WITHOUT_TRANSACTIONS)."""
+    extra = {} if transactions else {"PAIRSTREAM_BENCH_WITHOUT_TRANSACTIONS": "true"}
+    run = worker_run("bench", bootstrap, commit_interval, extra)
     await pre_produce(bootstrap, run.conf.events_topic, records)
     await ensure_topics(run.conf)
     log_path = run.log_path

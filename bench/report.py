@@ -46,6 +46,7 @@ class Results:
     latency: list[LatencyResult] = field(default_factory=list)
     level_seconds: float = 0.0  # how long each latency level ran
     profiled: PairstreamResult | None = None  # one more run, under py-spy
+    without_transactions: PairstreamResult | None = None  # the longest interval, at-least-once
 
 
 def seconds(value: float | None) -> str:
@@ -85,6 +86,19 @@ def profile_section(run: PairstreamResult, found: profile.Profile) -> list[str]:
     return lines
 
 
+def transactions_section(with_: PairstreamResult, without: PairstreamResult) -> list[str]:
+    return section(
+        "What transactions cost on this path",
+        f"The same worker at the same commit interval ({with_.commit_interval:g} s) once more"
+        " with `PAIRSTREAM_BENCH_WITHOUT_TRANSACTIONS=true`: the same steps and sends through"
+        " faust's plain producer, flushed before each offset commit (at-least-once).",
+        ["transactions", "steady events/s", "worker CPU (s)", "with / without"],
+        [["yes", f"{with_.steady_rate:,.0f}", f"{with_.cpu_seconds:.1f}",
+          f"{with_.steady_rate / without.steady_rate:.2f}x"],
+         ["no", f"{without.steady_rate:,.0f}", f"{without.cpu_seconds:.1f}", ""]],
+    )  # fmt: skip
+
+
 def render(command: str, events: int, results: Results, ceiling_commit_interval: float) -> str:
     lines = [
         "# Benchmarks",
@@ -109,6 +123,8 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
         [[f"{r.commit_interval:g}", f"{r.steady_rate:,.0f}", f"{r.seconds:.1f}",
           seconds(r.first_through), f"{r.cpu_seconds:.1f}"] for r in results.pairstream],
     )  # fmt: skip
+    if results.without_transactions is not None:
+        lines += transactions_section(results.pairstream[-1], results.without_transactions)
     if results.profiled is not None and results.profiled.profile is not None:
         lines += profile_section(results.profiled, results.profiled.profile)
     lines += section(

@@ -37,3 +37,15 @@ def test_producers_gather_records_for_the_configured_linger(
         assert fresh.producer.linger_ms == 20  # what aiokafka is given, transactions too
     finally:
         settings.cache_clear()
+
+
+def test_the_benchmark_switch_turns_transactions_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert app.conf.processing_guarantee.value == "exactly_once"
+    monkeypatch.setenv("PAIRSTREAM_BENCH_WITHOUT_TRANSACTIONS", "true")
+    settings.cache_clear()
+    try:
+        fresh = create_app()
+        assert fresh.conf.processing_guarantee.value == "at_least_once"
+        assert not fresh.in_transaction
+    finally:
+        settings.cache_clear()
