@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+import orjson
+
 from pairing.events import Event, parse_number
 from pairing.rules import Conflict, KeyState, Paired, PendingEvent, Unpaired
 from pairing.watermarks import EventClock, SourceMark, WatermarkUpdate
@@ -132,9 +134,11 @@ events that waited longer than max_wait, inside the partition's transaction."""
 # --- key state in the table ---------------------------------------------------
 
 
+# orjson: a restart decodes every stored key to rebuild the rule engine's indexes, and
+# json.loads was most of that. A state holds no Decimal (values are kept as text).
 def encode_state(state: KeyState) -> bytes:
     pending = state.pending
-    return dumps(
+    return orjson.dumps(
         {
             "t": state.time_us,
             "seen": state.seen,
@@ -147,7 +151,7 @@ def encode_state(state: KeyState) -> bytes:
 
 
 def decode_state(data: bytes) -> KeyState:
-    doc = json.loads(data)
+    doc = orjson.loads(data)
     pending = doc["pending"]
     return KeyState(
         time_us=doc["t"],

@@ -64,6 +64,21 @@ def test_state_round_trips_with_exact_values() -> None:
     assert decode_state(encode_state(settled)) == settled
 
 
+def test_state_written_before_orjson_still_reads() -> None:
+    # Changelogs and local stores written by the json-module encoder (spaces after
+    # nothing, the same fields) must restore as they were.
+    written = (
+        b'{"t":-1700000000000000,"seen":["a"],"pending":["A","1.10","a",123.5],'
+        b'"paired":false,"closed":false,"late":[["B","3","b",1e16]]}'
+    )
+    assert decode_state(written) == KeyState(
+        time_us=-1_700_000_000_000_000,
+        seen=("a",),
+        pending=PendingEvent("A", Decimal("1.10"), "a", 123.5),
+        late=(PendingEvent("B", 3, "b", 1e16),),
+    )
+
+
 def test_pair_record_has_exact_sum_and_both_identities() -> None:
     paired = Paired(
         "2024-02-09T21:00:00Z",
