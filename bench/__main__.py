@@ -17,7 +17,8 @@ from bench.pairstream import run_worker
 from bench.quix import run_quix
 from bench.report import Results, render
 from bench.restart import run_restart
-from bench.workload import pre_produce, workload
+from bench.rules_only import run_rules_only
+from bench.workload import INPUT_PARTITIONS, pre_produce, workload
 from tools import broker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +38,8 @@ async def measure(
 ) -> Results:
     results = Results(level_seconds=level_seconds)
     records = workload(events)
+    print("the rules and codecs alone ...", flush=True)
+    results.rules_only = run_rules_only(records, INPUT_PARTITIONS)
     for interval in intervals:
         print(f"pairstream, commit interval {interval:g} s ...", flush=True)
         results.pairstream.append(await run_worker(bootstrap, records, interval, timeout))

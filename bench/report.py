@@ -16,6 +16,7 @@ from bench.latency import WARM_UP, LatencyResult
 from bench.pairstream import PairstreamResult
 from bench.quix import QUIXSTREAMS, QuixResult
 from bench.restart import HOLD_SECONDS, PROBES, RestartResult
+from bench.rules_only import RulesOnlyResult
 from bench.workload import INPUT_PARTITIONS
 from tools.broker import POM
 
@@ -47,6 +48,7 @@ class Results:
     level_seconds: float = 0.0  # how long each latency level ran
     profiled: PairstreamResult | None = None  # one more run, under py-spy
     without_transactions: PairstreamResult | None = None  # the longest interval, at-least-once
+    rules_only: RulesOnlyResult | None = None  # the same workload, no Kafka, no faust
 
 
 def seconds(value: float | None) -> str:
@@ -96,6 +98,19 @@ def transactions_section(with_: PairstreamResult, without: PairstreamResult) -> 
         [["yes", f"{with_.steady_rate:,.0f}", f"{with_.cpu_seconds:.1f}",
           f"{with_.steady_rate / without.steady_rate:.2f}x"],
          ["no", f"{without.steady_rate:,.0f}", f"{without.cpu_seconds:.1f}", ""]],
+    )  # fmt: skip
+
+
+def rules_only_section(run: RulesOnlyResult) -> list[str]:
+    return section(
+        "The floor: the rules and codecs alone",
+        "The same workload through the pure parts in one process, no Kafka, no faust"
+        " (`bench/rules_only.py`): ingest's parse and re-keyed record, then per keyed partition"
+        " the record's decode, the rule engine over key states in RocksDB, and the output"
+        " records. CPU of the process; events/s is what one core could do if that were all.",
+        ["events", "pairs", "CPU (s)", "of it ingest (s)", "µs per event", "events/s"],
+        [[f"{run.events:,}", f"{run.pairs:,}", f"{run.cpu_seconds:.1f}",
+          f"{run.ingest_cpu_seconds:.1f}", f"{run.micros_per_event:.1f}", f"{run.rate:,.0f}"]],
     )  # fmt: skip
 
 
@@ -152,6 +167,8 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
           seconds(q.first_through), f"{q.cpu_seconds:.1f}",
           f"{q.pairs:,} / {q.expected_pairs:,}"] for q in results.quix],
     )  # fmt: skip
+    if results.rules_only is not None:
+        lines += rules_only_section(results.rules_only)
     lines += section(
         "The ceiling: a bare aiokafka consume -> produce loop",
         f"One stage, no parsing, no state, commits every {ceiling_commit_interval:g} s"

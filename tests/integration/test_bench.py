@@ -57,6 +57,10 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     assert quix[0] == "1"
     pairs, expected = (number(cell) for cell in quix[5].split(" / "))
     assert pairs == expected > 0  # the peer did the work: every pair, none twice
+    [floor] = table_rows(report, "The floor: the rules and codecs alone")
+    assert floor[0] == "3,000"
+    assert number(floor[1]) == expected  # the rules did the work
+    assert all(number(cell) > 0 for cell in floor[2:])
     [restart] = table_rows(report, "Restart with keys pending")
     assert restart[0] == "3,000"
     for cell in restart[2:4]:  # intact, deleted: first / all probe pairs

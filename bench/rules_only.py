@@ -1,0 +1,137 @@
+"""The floor under any hot path over these rules: the same workload through the pure
+parts alone, in one process with no Kafka and no faust. Ingest's parse and re-keyed
+record, then per keyed partition the record's decode, the rule engine over key states
+in RocksDB (read and written with the same codecs as the worker's table), and the
+output records. Whatever a worker adds (fetching, transactions, changelog sends,
+steps) comes on top of this."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import cast
+
+from rocksdict import Options, Rdict
+
+from app.settings import settings
+from pairing.events import Rejection, format_time, parse_event
+from pairing.records import (
+    Source,
+    conflict_record,
+    dead_letter_record,
+    decode_keyed_event,
+    decode_state,
+    encode_keyed_event,
+    encode_state,
+    pair_record,
+    unpaired_record,
+)
+from pairing.routing import partition_for
+from pairing.rules import Conflict, KeyState, Paired, PairingPartition, Unpaired
+from pairing.watermarks import EventClock, SourceProgress
+from tools.generate import Record
+
+INPUT_TOPIC = "events"
+
+
+@dataclass(frozen=True)
+class RulesOnlyResult:
+    events: int
+    pairs: int
+    cpu_seconds: float  # this process, both stages
+    ingest_cpu_seconds: float
+
+    @property
+    def micros_per_event(self) -> float:
+        return self.cpu_seconds * 1e6 / self.events
+
+    @property
+    def rate(self) -> float:
+        """Events/s one core could do if this were all a worker did."""
+        return self.events / self.cpu_seconds
+
+
+class RocksKeyStore:
+    """A keyed partition's key states in RocksDB, encoded as the worker's table holds them."""
+
+    def __init__(self, path: str) -> None:
+        self._db = Rdict(path, options=Options(raw_mode=True))
+
+    def get(self, key: str) -> KeyState | None:
+        raw = self._db.get(key.encode())
+        return None if raw is None else decode_state(raw)
+
+    def put(self, key: str, state: KeyState) -> None:
+        self._db[key.encode()] = encode_state(state)
+
+    def delete(self, key: str) -> None:
+        del self._db[key.encode()]
+
+    def items(self) -> Iterator[tuple[str, KeyState]]:
+        for raw_key, raw_value in self._db.items():  # raw mode: both are bytes
+            yield cast(bytes, raw_key).decode(), decode_state(cast(bytes, raw_value))
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def ingest(
+    records: list[Record], input_partitions: int, keyed_partitions: int
+) -> list[list[bytes]]:
+    """The re-keyed records of each keyed partition, in order."""
+    max_bytes = settings().max_event_bytes
+    sources = [SourceProgress(None, 0.0) for _ in range(input_partitions)]
+    offsets = [0] * input_partitions
+    keyed: list[list[bytes]] = [[] for _ in range(keyed_partitions)]
+    for n, (_, raw) in enumerate(records):
+        partition = n % input_partitions  # random producer keys spread evenly
+        source = Source(INPUT_TOPIC, partition, offsets[partition])
+        offsets[partition] += 1
+        parsed = parse_event(raw, max_bytes)
+        if isinstance(parsed, Rejection):
+            dead_letter_record(parsed.reason, raw, source)
+            continue
+        assert raw is not None  # a valid event has a body
+        stamp = sources[partition].observe(parsed.time_us, time.time())
+        record = encode_keyed_event(parsed, raw, source, stamp)
+        keyed[partition_for(parsed.key, keyed_partitions)].append(record)
+    return keyed
+
+
+def pair(records: list[bytes], store: RocksKeyStore) -> int:
+    """Run one keyed partition's records through the rules, making their output
+    records; how many pairs."""
+    conf = settings()
+    engine = PairingPartition(store, conf.pairing, EventClock(), time.time())
+    pairs = 0
+    for value in records:
+        keyed = decode_keyed_event(value)
+        for outcome in engine.process(keyed.event, keyed.progress_us, time.time()):
+            if isinstance(outcome, Paired):
+                pair_record(outcome, format_time(datetime.now(UTC)))
+                pairs += 1
+            elif isinstance(outcome, Unpaired):
+                unpaired_record(outcome)
+            elif isinstance(outcome, Conflict):
+                conflict_record(outcome, keyed)
+    return pairs
+
+
+def run_rules_only(records: list[Record], input_partitions: int) -> RulesOnlyResult:
+    keyed_partitions = settings().partitions
+    started = time.process_time()
+    keyed = ingest(records, input_partitions, keyed_partitions)
+    ingested = time.process_time()
+    pairs = 0
+    with tempfile.TemporaryDirectory(prefix="bench-rules-") as root:
+        for number, partition_records in enumerate(keyed):
+            store = RocksKeyStore(f"{root}/{number}")
+            try:
+                pairs += pair(partition_records, store)
+            finally:
+                store.close()
+    done = time.process_time()
+    return RulesOnlyResult(len(records), pairs, done - started, ingested - started)
