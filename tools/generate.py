@@ -19,8 +19,10 @@ import random
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 BASE_TIME = datetime(2024, 2, 9, 21, 0, 0, tzinfo=UTC)
+OUTAGE_TRIES = 5  # of aiokafka's 40 s each: a broker away 200 s fails the producer
 
 INVALID_RECORDS: list[bytes | None] = [
     b"{not json",
@@ -135,7 +137,7 @@ async def produce(
         started = time.monotonic()
         for n, (key, value) in enumerate(records, 1):
             # The partitioner places it: by key, at random when there is none.
-            await producer.send(topic, value, key=key)
+            await send_through_outage(producer, topic, key, value)
             if bar is not None:
                 bar.update()
             if rate > 0:
@@ -147,6 +149,25 @@ async def produce(
         if bar is not None:
             bar.close()
         await producer.stop()
+
+
+async def send_through_outage(
+    producer: Any, topic: str, key: bytes | None, value: bytes | None, tries: int = OUTAGE_TRIES
+) -> None:
+    """Send as an upstream producer would through a broker bounce. aiokafka gives up on
+    a record when the partition's batch stays full for its request timeout (40 s): a
+    broker restarted on a loaded machine took longer than that (fault matrix, scenario
+    4). The record was not taken then, so sending it again adds no duplicate."""
+    from aiokafka.errors import KafkaTimeoutError
+
+    for attempt in range(1, tries + 1):
+        try:
+            await producer.send(topic, value, key=key)
+            return
+        except KafkaTimeoutError:
+            if attempt == tries:
+                raise
+            print(f"broker not taking records; trying again ({attempt} of {tries})", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
