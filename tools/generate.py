@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from aiokafka.errors import KafkaTimeoutError
+
 BASE_TIME = datetime(2024, 2, 9, 21, 0, 0, tzinfo=UTC)
 OUTAGE_TRIES = 5  # of aiokafka's 40 s each: a broker away 200 s fails the producer
 
@@ -158,8 +160,6 @@ async def send_through_outage(
     a record when the partition's batch stays full for its request timeout (40 s): a
     broker restarted on a loaded machine took longer than that (fault matrix, scenario
     4). The record was not taken then, so sending it again adds no duplicate."""
-    from aiokafka.errors import KafkaTimeoutError
-
     for attempt in range(1, tries + 1):
         try:
             await producer.send(topic, value, key=key)
