@@ -52,14 +52,18 @@ def watermark_records(update: WatermarkUpdate) -> list[Record]:
 
 
 def tell_before_commit(task: PartitionTask) -> list[Record]:
-    """Committed progress reaches the keyed partitions in the same transaction."""
+    """Committed progress reaches the keyed partitions in the same transaction, at most
+    once per commit interval (ingest commits every handoff interval)."""
     source = task.loaded(SourceProgress)
-    if source is None or not source.untold():
+    now = time.time()
+    if source is None or not source.tell_due(now, conf.commit_interval_seconds):
         return []
-    return watermark_records(source.announcement(task.tp.partition, conf.events_partitions))
+    update = source.announcement(task.tp.partition, conf.events_partitions, now)
+    return watermark_records(update)
 
 
 app.partition_tasks.before_commit(conf.events_topic, tell_before_commit)
+app.partition_tasks.handoffs[conf.events_topic] = keyed_events.get_topic_name()
 
 
 async def hold_handed_over_sources(revoked: set[TP]) -> None:
@@ -102,6 +106,7 @@ async def ingest(stream: Any) -> None:
         raw: bytes | None = message.value
         record_source = Source(message.topic, message.partition, message.offset)
         async with exactly_once(app, event) as task:
+            now = time.time()
             outbox = task.outbox
             outbox.count("events_in")
             parsed = parse_event(raw, conf.max_event_bytes)
@@ -118,7 +123,7 @@ async def ingest(stream: Any) -> None:
             outbox.count("valid")
             source = task.processor(SourceProgress, load_source)
             before = source.progress_us
-            stamp = source.observe(parsed.time_us, time.time())
+            stamp = source.observe(parsed.time_us, now)
             if stamp != before:
                 store_progress(task, stamp)
             if source.must_announce:
@@ -126,7 +131,7 @@ async def ingest(stream: Any) -> None:
                 # keyed partition takes this partition as idle when the event arrives
                 # (told as idle, which it was until this event, it went on counting as
                 # idle until its next progress reached them with a commit).
-                update = source.announcement(message.partition, conf.events_partitions)
+                update = source.announcement(message.partition, conf.events_partitions, now)
                 outbox.send_all(watermark_records(update))
             partition = partition_for(parsed.key, conf.partitions)
             outbox.send(
@@ -138,22 +143,30 @@ async def ingest(stream: Any) -> None:
 
 
 @app.timer(interval=min(1.0, conf.idle_timeout_seconds / 2))
-async def declare_idle_partitions() -> None:
-    """Input partitions assigned here that are caught up and quiet stop holding the
-    watermark back. Sent outside any transaction: an idle partition has everything
-    it processed committed, and claims no progress beyond that."""
+async def tell_caught_up_partitions() -> None:
+    """Input partitions assigned here that are caught up tell the keyed partitions the
+    progress their commits left untold (told at most once per commit interval), and
+    once quiet for the idle timeout they stop holding the watermark back. Sent outside
+    any transaction: a caught-up partition has everything it processed committed, and
+    claims no progress beyond that."""
     if app.in_recovery or not app.partition_tasks.restored.is_set():
         return  # the stored progress may not be restored yet
-    now = time.time()
     for task in app.partition_tasks:
         tp = task.tp
         if tp.topic != conf.events_topic:
             continue
         source = task.processor(SourceProgress, load_source)
-        if not source.goes_idle(now, conf.idle_timeout_seconds) or not await caught_up(app, tp):
+        now = time.time()
+        goes_idle = source.goes_idle(now, conf.idle_timeout_seconds)
+        if not goes_idle and not source.tell_due(now, conf.commit_interval_seconds):
             continue
-        source.went_idle()
-        log.info("input partition %s is idle: it stops holding the watermark back", tp)
-        update = source.update(tp.partition, conf.events_partitions)
+        if not await caught_up(app, tp):
+            continue
+        if goes_idle:
+            source.went_idle()
+            log.info("input partition %s is idle: it stops holding the watermark back", tp)
+            update = source.update(tp.partition, conf.events_partitions)
+        else:
+            update = source.announcement(tp.partition, conf.events_partitions, now)
         for topic, key, value, partition in watermark_records(update):
             await app.producer.send(topic, key, value, partition, None, None)

@@ -15,13 +15,17 @@ async def caught_up(app: PairstreamApp, tp: TP) -> bool:
     """Whether everything in an input partition has been fetched, processed and
     committed: nothing of it is on its way."""
     consumer: Any = app.consumer
+    if app.partition_tasks.get(tp) is None:
+        return False
+    position: int | None = await consumer.position(tp)
+    # The rest after the await, so that the answer still holds when the caller goes on
+    # (a step may have been acked or a fetch returned meanwhile).
     task = app.partition_tasks.get(tp)
     highwater: int | None = consumer.highwater(tp)
-    if task is None or highwater is None:
+    if task is None or highwater is None or position is None:
         return False
     offsets = task.offsets
     if offsets.next is None or offsets.unprocessed:
         return False
     committed = internals.committed_offset(consumer, tp) or 0
-    position: int | None = await consumer.position(tp)
-    return position is not None and position >= highwater and committed >= offsets.next
+    return position >= highwater and committed >= offsets.next

@@ -8,8 +8,8 @@
     transaction holding their outputs stays open.
 So every record an event causes is sent, from its partition task's outbox, into
 the transaction of the event's *source* partition, and the event is acked in the
-same critical section (app/step.py). Commits take the same lock, so a
-transaction always holds every record of an event together with its offset, or
+same critical section (app/step.py). A commit takes the locks of the partitions it
+commits, so a transaction always holds every record of an event together with its offset, or
 none of them. The consumer keeps the registry of partition tasks.
 """
 
@@ -27,14 +27,17 @@ from aiokafka.errors import IllegalOperation, ProducerFenced
 from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
+from mode import Service
 
 from app import internals, predecessor
+from app.commit_schedule import CommitSchedule
 from app.kafka_admin import committed_records_between, last_committed_records
 from app.outbox import send_in_transaction, transactional_id
 from app.partition_tasks import PartitionTasks
 from app.settings import settings
 
 log = logging.getLogger(__name__)
+UNKNOWN = 1 << 62  # offsets left to process, when not known (counts as a backlog)
 
 
 class ExactlyOnceConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -108,8 +111,8 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         return await super()._getmany(requested, timeout)
 
     async def _commit_tps(self, tps: Any, start_new_transaction: bool) -> bool:
-        async with self.tasks.commit_lock:
-            tps = list(tps)
+        tps = list(tps)
+        async with self.tasks.locked(tps):
             before = {tp: internals.committed_offset(self, tp) for tp in tps}
             result: bool = await super()._commit_tps(tps, start_new_transaction)
             if result:
@@ -122,10 +125,38 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
                         listener(offsets)
             return result
 
+    @Service.task
+    async def _commit_handler(self) -> None:
+        # In place of faust's: commits on the clock, and handoff commits in between
+        # (app/commit_schedule.py).
+        schedule = CommitSchedule(
+            time.monotonic(), self.commit_interval, settings().handoff_interval_seconds
+        )
+        while not self.should_stop:
+            at, everything = schedule.next_after(time.monotonic())
+            await self.sleep(at - time.monotonic())
+            if self.should_stop:
+                break
+            if everything:
+                await self.commit()
+            elif not self.tasks.closing and self.tasks.next_stage_waits(self._unprocessed):
+                # Not through commit(): a commit() starting meanwhile (faust's after so
+                # many acks) would wait for this one and then skip.
+                await self.force_commit(set(self.tasks.handoffs))
+
+    def _unprocessed(self, tp: TP) -> int:
+        """Offsets of tp committed (read_committed: up to its last stable offset, as of
+        the last fetch) and not yet processed here."""
+        task = self.tasks.get(tp)
+        if task is None or task.offsets.next is None or tp not in self.assignment():
+            return UNKNOWN
+        stable: int | None = self.highwater(tp)
+        return 0 if stable is None else stable - task.offsets.next
+
     async def _commit_offsets(
         self, offsets: Mapping[TP, int], start_new_transaction: bool = True
     ) -> bool:
-        # Called under the commit lock with the offsets about to be committed. Records
+        # Called under the committed partitions' locks with their offsets. Records
         # added here ride in the same transaction; only for partitions still assigned,
         # as faust discards the commit of the others (records sent for them would keep
         # a transaction open until the broker aborts it).
@@ -143,11 +174,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
 
     async def _close_steps(self) -> None:
         self.tasks.closing = True
-        # No step starts from here on, and every step already started holds or
-        # awaits the commit lock (a step does not yield between its start and the
-        # lock): passing the lock once lets them all finish.
-        async with self.tasks.commit_lock:
-            pass
+        await self.tasks.steps_done()
 
     async def commit_and_end_transactions(self) -> None:
         # On stop faust commits and ends the transactions, then later commits
@@ -289,8 +316,8 @@ class ExactlyOnceProducer(faust_aiokafka.Producer):
         start_new_transaction: bool = True,
     ) -> None:
         # faust commits an assignment's transactions one after the other, three round
-        # trips each (offsets, offset commit, end), while the commit lock holds every
-        # agent. They are independent (each commits only its own partition's records
+        # trips each (offsets, offset commit, end), while the partitions' locks hold
+        # their steps. They are independent (each commits only its own partition's records
         # and offsets), so commit them together; all are tried before an error is
         # raised, as faust's loop would have raised the first one.
         commit = super().commit_transactions
@@ -313,6 +340,14 @@ class ExactlyOnceProducer(faust_aiokafka.Producer):
 
 
 class ConcurrentTransactionManager(TransactionManager):
+    # faust's id names the partition's topic group, so the same partition number of
+    # every input topic with that partition count (ingest's events and pairing's keyed
+    # events) shared one transaction: a commit of one stage's partitions committed the
+    # other's records too, without their offsets. One transaction per input partition
+    # lets a stage commit on its own (handoff commits); it must match
+    # app.outbox.transactional_id.
+    transactional_id_format = "{group_id}-{tpg.topic}-{tpg.partition}"
+
     async def commit(self, offsets: Mapping[TP, int], start_new_transaction: bool = True) -> bool:
         # faust's commit crashes the app when a producer is fenced, but answers True:
         # the consumer then took the offsets for committed, and so did our local state,

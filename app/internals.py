@@ -28,6 +28,7 @@ from faust.types import TP
 OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
     faust_aiokafka.Consumer: {
         "_new_consumer_thread": ("self",),
+        "_commit_handler": ("self",),
         "_commit_tps": ("self", "tps", "start_new_transaction"),
         "_commit_offsets": ("self", "offsets", "start_new_transaction"),
         "_new_offset": ("self", "tp"),

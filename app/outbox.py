@@ -46,16 +46,17 @@ class Outbox:
 
 
 def transactional_id(app: AppT, tp: TP) -> str:
-    """faust's id for the producer whose transaction carries tp's offsets."""
-    return f"{app.conf.id}-{app.assignor.group_for_topic(tp.topic)}-{tp.partition}"
+    """The id of the producer whose transaction carries tp's offsets: one per input
+    partition (ConcurrentTransactionManager.transactional_id_format)."""
+    return f"{app.conf.id}-{tp.topic}-{tp.partition}"
 
 
 async def send_in_transaction(
     app: AppT, tp: TP, records: list[Record]
 ) -> list[asyncio.Future[Any]]:
     """Send into the open transaction that carries tp's offsets, and return the
-    records' deliveries. The caller holds the commit lock
-    (PartitionTasks.commit_lock), so no commit comes in between. With
+    records' deliveries. The caller holds the lock of tp's task
+    (PartitionTask.lock), so no commit of tp comes in between. With
     `bench_without_transactions` (no transactions) the same sends go through the
     app's plain producer, which faust flushes before each commit."""
     tid = transactional_id(app, tp)

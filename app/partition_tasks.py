@@ -2,17 +2,18 @@
 and dropped on revocation (app/consumer.py keeps the registry up to date).
 
 A task owns where processing of its partition stands (`offsets`), its outbox, the
-table writes of its current step (`writes`), and what the agent that consumes it keeps
-for the partition (its `processor`: ingest's event-time progress, pairing's rule engine
-over its state). The registry holds what the tasks share: the lock between steps and
-commits, the closing gate of a rebalance or stop, the table writes not yet committed
-(`local_state`), the commit hooks, and the worker's stats.
+table writes of its current step (`writes`), the lock between its steps and the commits
+of its transaction, and what the agent that consumes it keeps for the partition (its
+`processor`: ingest's event-time progress, pairing's rule engine over its state). The
+registry holds what the tasks share: the closing gate of a rebalance or stop, the table
+writes not yet committed (`local_state`), the commit hooks, and the worker's stats.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TypeVar
 
 from faust.types import TP
@@ -23,16 +24,24 @@ from app.progress import Progress
 from app.stats import Stats
 
 P = TypeVar("P")
+# Offsets after the last record of a partition that are transaction markers: one per
+# producer whose transaction wrote to it, and several of its commits may be unread.
+MARKER_SLACK = 16
 
 
 class PartitionTask:
-    __slots__ = ("_processor", "offsets", "outbox", "tp", "writes")
+    __slots__ = ("_processor", "lock", "offsets", "outbox", "tp", "writes")
 
     def __init__(self, tp: TP, local_state: LocalState) -> None:
         self.tp = tp
         self.offsets = Progress()
         self.outbox = Outbox()
         self.writes = StepWrites(tp, local_state)
+        # Held by a step from its first send until its ack, and by a commit of this
+        # partition from choosing its offset until its transaction is committed. Per
+        # partition: a commit of some partitions (ingest's handoff) leaves the others'
+        # steps going.
+        self.lock = asyncio.Lock()
         self._processor: object | None = None
 
     def processor(self, kind: type[P], create: Callable[[PartitionTask], P]) -> P:
@@ -51,9 +60,6 @@ class PartitionTask:
 class PartitionTasks:
     def __init__(self) -> None:
         self._by_tp: dict[TP, PartitionTask] = {}
-        # Held by a step from its first send until its ack, and by every commit from
-        # choosing offsets until the transaction is committed.
-        self.commit_lock = asyncio.Lock()
         # True from the start of a revocation or a stop until the next assignment. A
         # record delivered meanwhile belongs to the assignment being given up: it is
         # not processed, since its transaction would be aborted (or, on stop, already
@@ -64,6 +70,10 @@ class PartitionTasks:
         # Per input topic: the records each of its partitions adds to its transaction
         # just before a commit (ingest: the partition's event-time progress).
         self.commit_hooks: dict[str, Callable[[PartitionTask], list[Record]]] = {}
+        # Input topic -> the topic it feeds another stage of this worker through
+        # (ingest's events -> pairing's keyed events): committed every handoff interval
+        # while that stage waits for records (app/consumer.py).
+        self.handoffs: dict[str, str] = {}
         # Told after each commit which offsets it committed (delivery waits for them).
         self.commit_listeners: list[Callable[[dict[TP, int]], None]] = []
         # Awaited on revocation, after the last commit and before the tasks go.
@@ -94,6 +104,36 @@ class PartitionTasks:
     def __iter__(self) -> Iterator[PartitionTask]:
         # A copy: callers await between tasks, and a rebalance may come in between.
         return iter(list(self._by_tp.values()))
+
+    @asynccontextmanager
+    async def locked(self, tps: Iterable[TP]) -> AsyncIterator[None]:
+        """Hold the locks of the tasks of `tps` (a commit of them). Always taken in the
+        same order, and a step holds one only, so two commits cannot deadlock."""
+        async with AsyncExitStack() as held:
+            for tp in sorted(set(tps)):
+                task = self._by_tp.get(tp)
+                if task is not None:
+                    await held.enter_async_context(task.lock)
+            yield
+
+    async def steps_done(self) -> None:
+        """Once `closing` is set no step starts, and every step already started holds
+        or awaits its task's lock (a step does not yield between its start and the
+        lock): passing each lock once lets them all finish."""
+        for task in self:
+            async with task.lock:
+                pass
+
+    def next_stage_waits(self, pending: Callable[[TP], int]) -> bool:
+        """Whether a partition fed by a handoff has processed about everything committed
+        to it, `pending(tp)` being how many offsets are left (transaction markers
+        included: up to `MARKER_SLACK`). Under a backlog none does, and committing the
+        handoff sooner would only cost transactions."""
+        fed = set(self.handoffs.values())
+        return any(
+            task.tp.topic in fed and pending(task.tp) <= MARKER_SLACK
+            for task in self._by_tp.values()
+        )
 
     def before_commit(self, topic: str, records: Callable[[PartitionTask], list[Record]]) -> None:
         self.commit_hooks[topic] = records

@@ -62,6 +62,14 @@ class Settings(BaseSettings):
 
     # Processing
     commit_interval_seconds: float = Field(0.5, gt=0, description="how often a transaction commits")
+    handoff_interval_seconds: float = Field(
+        0.05,
+        gt=0,
+        description="how often ingest commits the re-keyed events it hands to pairing, which"
+        " reads only committed records: a pair is then visible about one commit interval"
+        " after its second event, not two; at or above commit_interval_seconds, ingest"
+        " commits with everything else",
+    )
     session_timeout_seconds: float = Field(
         10.0, gt=0, description="how soon the group notices a dead worker and rebalances"
     )

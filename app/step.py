@@ -1,6 +1,6 @@
 """Exactly-once steps: each event processed inside `exactly_once(app, event)`, which
 hands it the event's partition task; the task's outbox collects the event's records,
-and on a clean exit they are sent and the event acked under the commit lock
+and on a clean exit they are sent and the event acked under the task's lock
 (app/consumer.py says why that is needed), so the transaction that commits the
 event's offset carries everything it caused. Agents take their events from
 `events_once` (app/in_order.py).
@@ -36,7 +36,7 @@ async def exactly_once(app: PairstreamApp, event: EventT[Any]) -> AsyncIterator[
     outbox = task.outbox  # empty: every step clears it on the way out
     try:
         yield task
-        async with tasks.commit_lock:
+        async with task.lock:
             task.writes.sent(await send_in_transaction(app, tp, outbox.records))
             event.ack()
             task.offsets.processed(event.message.offset)

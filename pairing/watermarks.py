@@ -95,15 +95,18 @@ class SourceProgress:
     keyed partitions have been told of it, and whether it has gone idle.
 
     The keyed partitions are told in the source's own transactions: at once when
-    the source was idle or newly assigned (`must_announce`), and otherwise with each
-    commit (`untold`), so that every committed progress reaches them.
+    the source was idle or newly assigned (`must_announce`), and otherwise with a
+    commit that moved it (`tell_due`), at most once per interval: each tell is a
+    record for every keyed partition to process, and ingest commits often. What is
+    left untold when the source is caught up is told then, outside any transaction.
     """
 
-    __slots__ = ("idle", "must_announce", "progress_us", "seen_at", "told_us")
+    __slots__ = ("idle", "must_announce", "progress_us", "seen_at", "told_at", "told_us")
 
     def __init__(self, progress_us: int | None, now: float) -> None:
         self.progress_us = progress_us
         self.told_us: int | None = None
+        self.told_at = float("-inf")  # wall clock of the last tell
         self.must_announce = True
         self.idle = False
         self.seen_at = now  # wall clock of its last record, or of the assignment
@@ -118,8 +121,14 @@ class SourceProgress:
     def untold(self) -> bool:
         return self.progress_us is not None and self.progress_us != self.told_us
 
-    def told(self) -> None:
+    def tell_due(self, now: float, every: float) -> bool:
+        """Whether progress not yet told should be told now, at most once per `every`
+        seconds; an idle source told its progress when it went idle."""
+        return not self.idle and self.untold() and now - self.told_at >= every
+
+    def told(self, now: float) -> None:
         self.told_us = self.progress_us
+        self.told_at = now
         self.must_announce = False
         self.idle = False
 
@@ -150,7 +159,8 @@ class SourceProgress:
     def update(self, source: int, sources: int) -> WatermarkUpdate:
         return WatermarkUpdate(source, sources, self.progress_us, self.idle)
 
-    def announcement(self, source: int, sources: int) -> WatermarkUpdate:
-        """Its progress, told now (with an event or a commit): no longer idle."""
-        self.told()
+    def announcement(self, source: int, sources: int, now: float) -> WatermarkUpdate:
+        """Its progress, told now (with an event, a commit, or caught up): no longer
+        idle."""
+        self.told(now)
         return self.update(source, sources)

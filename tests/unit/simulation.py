@@ -1,11 +1,12 @@
 """The pipeline in one process, with every order of events the real one allows.
 
 Ingest of each input partition stamps its events with the partition's progress and
-tells every keyed partition of it (at once when newly assigned, then with each
-commit), as `agents.ingest` does; each keyed partition runs the rule engine over
-what reaches it. Between a source and a keyed partition records stay in order; all
-else (which partition is read next, when a source commits, when a component
-restarts from its stored state) is drawn from `rng`.
+tells every keyed partition of it (at once when newly assigned, then with a commit at
+most once per `TELL_EVERY`, and what is left untold once caught up), as
+`agents.ingest` does; each keyed partition runs the rule engine over what reaches it.
+Between a source and a keyed partition records stay in order; all else (which
+partition is read next, when a source commits, when a component restarts from its
+stored state) is drawn from `rng`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tests.reference_model import Expected
 from tests.unit.memory_store import MemoryStore
 
 Item = WatermarkUpdate | tuple[Event, int]
+TELL_EVERY = 0.02  # wall clock: 20 actions, most commits tell nothing
 ClockFactory = Callable[[EventClock], EventClock]
 
 
@@ -88,8 +90,9 @@ class Simulation:
             self._consume_one,
             self._restart_one,
             self._idle_one,
+            self._tell_caught_up_one,
         ]
-        weights = [4, 1, 4, self.restarts, 1]
+        weights = [4, 1, 4, self.restarts, 1, 1]
         while self._busy():
             self.now += 0.001  # wall clock, far from max wait: it never expires anything
             self.rng.choices(actions, weights)[0]()
@@ -101,23 +104,27 @@ class Simulation:
             or any(self.uncommitted)
             or any(self.channels.values())
             or len(self._may_go_idle()) > 0
+            or len(self._caught_up_untold()) > 0
         )
+
+    def _caught_up(self, q: int) -> bool:
+        return self.read[q] == len(self.sources[q]) and not self.uncommitted[q]
+
+    def _caught_up_untold(self) -> list[int]:
+        return [
+            q
+            for q in range(len(self.sources))
+            if self._caught_up(q) and not self.progress[q].idle and self.progress[q].untold()
+        ]
 
     def _may_go_idle(self) -> list[int]:
         """Sources caught up with nothing untold: those without a valid event at any
         time (a never-written partition goes idle once its timeout has passed, at no
         particular point of the others' streams), the others only at the end with
         `end_idle`."""
-        done = [
-            q
-            for q, records in enumerate(self.sources)
-            if self.read[q] == len(records)
-            and not self.uncommitted[q]
-            and q not in self.declared_idle
-        ]
-        everything_told = all(
-            self.read[q] == len(r) and not self.uncommitted[q] for q, r in enumerate(self.sources)
-        )
+        sources = range(len(self.sources))
+        done = [q for q in sources if self._caught_up(q) and q not in self.declared_idle]
+        everything_told = all(self._caught_up(q) for q in sources)
         return [
             q
             for q in done
@@ -156,12 +163,19 @@ class Simulation:
     def _commit_one(self) -> None:
         """A commit of a source that read something since the last one."""
         q = self.rng.randrange(len(self.sources))
-        if self.uncommitted[q] and self.progress[q].untold():
+        if self.uncommitted[q] and self.progress[q].tell_due(self.now, TELL_EVERY):
             self._tell(q)
         self.uncommitted[q] = False
 
+    def _tell_caught_up_one(self) -> None:
+        """A caught-up source tells what its commits left untold, outside a transaction."""
+        untold = self._caught_up_untold()
+        due = [q for q in untold if self.progress[q].tell_due(self.now, TELL_EVERY)]
+        if due:
+            self._tell(self.rng.choice(due))
+
     def _tell(self, q: int) -> None:
-        update = self.progress[q].announcement(q, len(self.sources))
+        update = self.progress[q].announcement(q, len(self.sources), self.now)
         for k in range(self.partitions):
             self.channels[(q, k)].append(update)
 

@@ -89,7 +89,6 @@ async def test_a_revocation_retires_the_transaction_producers_of_revoked_partiti
 ) -> None:
     # faust would keep a producer whose partition becomes a standby, and reuse it,
     # fenced, when the partition comes back (docs/exactly-once.md).
-    monkeypatch.setattr(app.assignor, "group_for_topic", lambda topic: 0)  # set on start
     tp = TP("events", 2)
     revoked, kept = transactional_id(app, tp), "it-kept-0"
     retired = await transactions.begin(revoked)

@@ -24,6 +24,7 @@ from aiokafka.protocol.group import LeaveGroupRequest_v0
 from faust.exceptions import ConsumerNotStarted
 from faust.transport.consumer import ThreadDelegateConsumer
 from faust.types import TP, Message
+from mode.services import ServiceTask
 
 from app import internals
 from app.consumer import (
@@ -61,9 +62,19 @@ def overriding(base: type) -> type:
 def test_each_overridden_method_exists_with_the_parameters_we_take(
     base: type, name: str, parameters: tuple[str, ...]
 ) -> None:
-    theirs = inspect.signature(getattr(base, name))
+    member = getattr(base, name)
+    theirs = inspect.signature(getattr(member, "fun", member))  # a Service.task wraps it
     assert tuple(theirs.parameters)[: len(parameters)] == parameters
     assert name in overriding(base).__dict__, f"{name} is listed but not overridden"
+
+
+def test_our_periodic_commit_replaces_faust_s() -> None:
+    # Both would run if faust renamed its task: commits off the clock, twice as many.
+    ours = ExactlyOnceConsumer.__dict__["_commit_handler"]
+    assert isinstance(ours, ServiceTask)
+    commit_tasks = [t for t in app.consumer._get_tasks() if t.fun.__name__ == "_commit_handler"]
+    assert commit_tasks == [ours]
+    assert isinstance(faust.transport.consumer.Consumer.__dict__["_commit_handler"], ServiceTask)
 
 
 def test_every_override_is_listed() -> None:
@@ -158,6 +169,26 @@ async def test_the_transactional_producers_of_an_assignment_start_together(
             producer._trn_locks.pop(tid, None)
 
 
+async def test_each_input_partition_has_a_transaction_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # faust names a transaction by the partition's topic group; two stages' topics with
+    # the same partition count would share one, and a handoff commit of ingest's
+    # partitions would commit pairing's records without their offsets.
+    started: list[str] = []
+
+    async def start(_: Any, tids: list[str]) -> None:
+        started.extend(tids)
+
+    monkeypatch.setattr(ConcurrentTransactionManager, "_start_transactions", start)
+    monkeypatch.setattr(app.assignor, "group_for_topic", lambda topic: 0)  # one group
+    monkeypatch.setattr(app.assignor, "is_standby", lambda tp: False)
+    tps = {TP("events", 0), TP("keyed", 0), TP("events", 1)}
+    await app.consumer.transactions.on_rebalance(tps, set(), tps)
+    assert sorted(started) == sorted(transactional_id(app, tp) for tp in tps)
+    assert len(set(started)) == len(tps)
+
+
 class Committing(FakeTransactionalProducer):
     """Records how many commits run at once; the one named `fenced` fails."""
 
@@ -233,7 +264,6 @@ async def test_a_fenced_commit_crashes_the_worker_and_is_not_taken_for_a_commit(
         crashes.append(reason)
 
     monkeypatch.setattr(app, "crash", crash)
-    monkeypatch.setattr(app.assignor, "group_for_topic", lambda topic: 0)  # no assignment here
     tps = [TP("events", 0), TP("events", 1)]
     tids = [transactional_id(app, tp) for tp in tps]
     await committing(tids)

@@ -34,7 +34,6 @@ def fake_app(in_transaction: bool) -> Any:
         in_transaction=in_transaction,
         producer=PlainProducer(),
         conf=SimpleNamespace(id="bench-app"),
-        assignor=SimpleNamespace(group_for_topic=lambda topic: 0),
     )
 
 
@@ -47,6 +46,6 @@ async def test_without_transactions_records_go_through_the_plain_producer() -> N
 
 async def test_with_transactions_a_missing_transaction_stops_the_step() -> None:
     app = fake_app(in_transaction=True)
-    with pytest.raises(DeliveryFailed, match="bench-app-0-2"):
+    with pytest.raises(DeliveryFailed, match="bench-app-events-2"):
         await send_in_transaction(app, TP("events", 2), RECORDS)
     assert app.producer.sent == []  # nothing went around the transaction

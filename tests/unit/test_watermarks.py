@@ -56,9 +56,14 @@ def test_source_progress_stamps_announces_and_goes_idle() -> None:
     assert not source.goes_idle(129.0, 30.0) and source.goes_idle(130.0, 30.0)
     assert source.observe(20, now=101.0) == 20
     assert source.observe(10, now=102.0) == 20  # the stamp includes the event
-    assert source.untold()
-    source.told()
+    assert source.untold() and source.tell_due(102.0, every=1.0)
+    source.told(102.0)
     assert not source.untold() and not source.must_announce
+    # Moved again: told at most once per interval.
+    source.observe(30, now=102.0)
+    assert source.untold() and not source.tell_due(102.5, every=1.0)
+    assert source.tell_due(103.0, every=1.0)
+    source.told(103.0)
     assert not source.goes_idle(131.0, 30.0)
     assert source.goes_idle(132.0, 30.0)
     source.went_idle()
@@ -67,7 +72,7 @@ def test_source_progress_stamps_announces_and_goes_idle() -> None:
     # Back from idle with an event: told at once, and told as not idle.
     source.observe(40, now=210.0)
     assert source.must_announce
-    assert source.announcement(0, 1) == WatermarkUpdate(0, 1, 40, idle=False)
+    assert source.announcement(0, 1, now=210.0) == WatermarkUpdate(0, 1, 40, idle=False)
     assert not source.must_announce and not source.idle and not source.untold()
 
 

@@ -1,0 +1,57 @@
+"""The periodic commits keep to the clock, with handoff commits in between."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.commit_schedule import CommitSchedule
+
+
+def run(schedule: CommitSchedule, until: float, takes: float = 0.0) -> list[tuple[float, bool]]:
+    """The commits up to `until`, each taking `takes` seconds."""
+    commits = []
+    now = schedule.start
+    while True:
+        at, everything = schedule.next_after(now)
+        if at > until:
+            return commits
+        commits.append((round(at, 6), everything))
+        now = at + takes
+
+
+def test_commits_keep_to_the_clock_whatever_a_commit_took() -> None:
+    schedule = CommitSchedule(start=100.0, interval=1.0, handoff=5.0)  # no handoffs
+    assert run(schedule, until=103.0, takes=0.03) == [(101.0, True), (102.0, True), (103.0, True)]
+
+
+def test_a_commit_that_overruns_skips_the_times_it_missed() -> None:
+    schedule = CommitSchedule(start=0.0, interval=1.0, handoff=5.0)
+    assert run(schedule, until=5.0, takes=1.5) == [(1.0, True), (2.5, True), (4.0, True)]
+
+
+def test_handoff_commits_fall_in_between() -> None:
+    schedule = CommitSchedule(start=0.0, interval=1.0, handoff=0.25)
+    assert run(schedule, until=2.0, takes=0.01) == [
+        (0.25, False),
+        (0.5, False),
+        (0.75, False),
+        (1.0, True),
+        (1.25, False),
+        (1.5, False),
+        (1.75, False),
+        (2.0, True),
+    ]
+
+
+def test_a_handoff_just_before_a_commit_of_everything_is_left_to_it() -> None:
+    schedule = CommitSchedule(start=0.0, interval=1.0, handoff=0.3)
+    assert run(schedule, until=1.0) == [(0.3, False), (0.6, False), (1.0, True)]
+
+
+def test_a_commit_of_everything_due_during_a_handoff_commit_goes_at_once() -> None:
+    schedule = CommitSchedule(start=0.0, interval=1.0, handoff=0.02)
+    assert schedule.next_after(0.975) == pytest.approx((0.98, False))
+    # That handoff commit took 30 ms, past the commit of everything at 1.0.
+    assert schedule.next_after(1.01) == (1.01, True)
+    assert schedule.next_after(1.03) == pytest.approx((1.04, False))
+    assert schedule.next_after(1.99) == (2.0, True)

@@ -1,0 +1,104 @@
+"""A commit holds the locks of the partitions it commits: it waits for a step of one of
+them to be acked, and steps of the other partitions go on meanwhile (ingest's handoff
+commits do not hold pairing up). The real step and consumer, with the sends and
+faust's own commit replaced."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
+
+from app import step
+from app.faust_app import app
+from app.partition_tasks import PartitionTasks
+
+INGEST, KEYED = TP("events", 0), TP("keyed", 0)
+
+
+class Steps:
+    """Steps of fake events whose sends wait while their partition is held."""
+
+    def __init__(self) -> None:
+        self.held: dict[TP, asyncio.Event] = {}
+        self.acked: list[tuple[TP, int]] = []
+
+    def hold(self, tp: TP) -> None:
+        self.held[tp] = asyncio.Event()
+
+    def release(self, tp: TP) -> None:
+        self.held.pop(tp).set()
+
+    async def send(self, _: Any, tp: TP, records: list[Any]) -> list[Any]:
+        if tp in self.held:
+            await self.held[tp].wait()
+        return []
+
+    async def run(self, tp: TP, offset: int) -> None:
+        message = SimpleNamespace(tp=tp, offset=offset)
+        event: Any = SimpleNamespace(message=message, ack=lambda: self.acked.append((tp, offset)))
+        async with step.exactly_once(app, event) as task:
+            task.outbox.send("out", None, b"x", None)
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_a_commit_waits_for_its_partitions_steps_only(
+    own_tasks: PartitionTasks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    steps = Steps()
+    committing: list[list[TP]] = []
+    commit_done = asyncio.Event()
+
+    async def faust_commit(_: Any, tps: Any, start_new_transaction: bool) -> bool:
+        committing.append(sorted(tps))
+        await commit_done.wait()
+        return False
+
+    monkeypatch.setattr(step, "send_in_transaction", steps.send)
+    monkeypatch.setattr(faust_aiokafka.Consumer, "_commit_tps", faust_commit)
+    own_tasks.assigned({INGEST, KEYED})
+
+    steps.hold(INGEST)
+    ingest_step = asyncio.ensure_future(steps.run(INGEST, 1))
+    await settle()
+    commit = asyncio.ensure_future(app.consumer._commit_tps([INGEST], True))
+    await settle()
+    assert committing == []  # an ingest step is between its send and its ack
+    steps.release(INGEST)
+    await settle()
+    assert ingest_step.done() and steps.acked == [(INGEST, 1)]
+    assert committing == [[INGEST]]
+
+    # The ingest commit is in flight: a pairing step goes on, an ingest step waits.
+    await asyncio.wait_for(steps.run(KEYED, 7), timeout=5)
+    later_ingest_step = asyncio.ensure_future(steps.run(INGEST, 2))
+    await settle()
+    assert steps.acked == [(INGEST, 1), (KEYED, 7)]
+    commit_done.set()
+    await asyncio.wait_for(asyncio.gather(commit, later_ingest_step), timeout=5)
+    assert steps.acked[-1] == (INGEST, 2)
+
+
+async def test_closing_waits_for_the_steps_of_every_partition(
+    own_tasks: PartitionTasks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    steps = Steps()
+    monkeypatch.setattr(step, "send_in_transaction", steps.send)
+    own_tasks.assigned({INGEST, KEYED})
+    steps.hold(KEYED)
+    keyed_step = asyncio.ensure_future(steps.run(KEYED, 3))
+    await settle()
+    closing = asyncio.ensure_future(app.consumer._close_steps())
+    await settle()
+    assert not closing.done() and own_tasks.closing
+    steps.release(KEYED)
+    await asyncio.wait_for(asyncio.gather(closing, keyed_step), timeout=5)
+    assert steps.acked == [(KEYED, 3)]
