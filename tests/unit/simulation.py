@@ -197,6 +197,9 @@ class Simulation:
         if self.rng.random() < 0.5:
             q = self.rng.randrange(len(self.sources))
             self.progress[q] = SourceProgress(self.progress[q].progress_us, self.now)
+            # It has forgotten that it declared the source idle: it tells the source's
+            # progress as not idle, and declares it idle again after the timeout.
+            self.declared_idle.discard(q)
         else:
             k = self.rng.randrange(self.partitions)
             restored = decode_clock(encode_clock(self.engines[k].clock))
