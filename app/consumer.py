@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any, cast
 
 from aiokafka import AIOKafkaConsumer
@@ -28,8 +28,9 @@ from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 from mode import Service
+from mode.services import WaitResults
 
-from app import internals, predecessor
+from app import eager, internals, predecessor
 from app.commit_schedule import CommitSchedule
 from app.kafka_admin import committed_records_between, last_committed_records
 from app.outbox import send_in_transaction, transactional_id
@@ -109,6 +110,33 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         if not requested:
             return {}
         return await super()._getmany(requested, timeout)
+
+    async def wait_first(self, *coros: Any, timeout: Any = None) -> WaitResults:
+        # faust's fetch loop (`_drain_messages`) hands each record to the conductor as
+        # wait_first(callback(message), self.suspend_flow.wait()): four tasks and an
+        # asyncio.wait per record, three of them then cancelled. So the hand-over runs
+        # here first; one that has to wait (a full queue), or any while the flow is
+        # suspended or the consumer stopping, takes faust's way, and the same
+        # rebalance rules apply to it.
+        if not (
+            timeout is None
+            and len(coros) == 2
+            and all(isinstance(coro, Coroutine) for coro in coros)
+            and internals.flow_running(self)
+        ):
+            return await super().wait_first(*coros, timeout=timeout)
+        handover, flow_suspended = coros
+        started = eager.start(handover)
+        if started.rest is not None:
+            return await super().wait_first(started.rest, flow_suspended)
+        flow_suspended.close()
+        # Still one turn of the event loop per record, as faust's way took. Handing
+        # over a whole fetch at once held the loop for milliseconds, and every commit's
+        # round trips waited behind it: handoff commits took 18 ms instead of 11, under
+        # the locks of ingest's partitions, and p99 at 1,160 events/s went from 1.1 s
+        # to 1.5-2.6 s.
+        await asyncio.sleep(0)
+        return WaitResults([handover], [started.result], False)
 
     async def _commit_tps(self, tps: Any, start_new_transaction: bool) -> bool:
         tps = list(tps)

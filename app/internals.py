@@ -40,6 +40,7 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
         "perform_seek": ("self",),
         "resume_partitions": ("self", "tps"),
         "resume_flow": ("self",),
+        "wait_first": ("self", "coros", "timeout"),
     },
     faust_aiokafka.AIOKafkaConsumerThread: {
         "_highwaters": ("self", "partitions"),
@@ -84,6 +85,15 @@ def forget_unacked(consumer: Any, message: Any) -> None:
     without acking its offset, which a commit would then pass."""
     message.acked = True
     consumer._unacked_messages.discard(message)
+
+
+def flow_running(consumer: Any) -> bool:
+    """The consumer's flow is not suspended (as during a rebalance) and the consumer is
+    neither stopping nor crashed (mode's `Service._stopped`, `_crashed`): what faust's
+    `wait_first` races each record's hand-over against."""
+    return not (
+        consumer.suspend_flow.is_set() or consumer._stopped.is_set() or consumer._crashed.is_set()
+    )
 
 
 def _unread() -> int | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -351,6 +352,94 @@ async def test_a_held_seek_back_fetches_again_from_the_sought_offset() -> None:
     read = internals.LastReadOffsets()
     assert await _fetched_around_a_seek_back(read) == [10, 5, 6, 7, 8, 9, 10]
     assert read[TP("events", 0)] == 10 and not read.holds  # released by record 5
+
+
+async def _drain_one_fetch(
+    callback: Callable[[Message], Awaitable[None]], offsets: list[int], consumer: Any = None
+) -> Any:
+    """faust's own fetcher loop over one fetch of `offsets` from one partition."""
+    tp = TP("events", 0)
+    fetcher = SimpleNamespace(_stopped=asyncio.Event())
+
+    async def getmany(timeout: float) -> AsyncIterator[tuple[TP, Message]]:
+        fetcher._stopped.set()
+        for offset in offsets:
+            yield tp, Message(tp.topic, tp.partition, offset, 0.0, 0, {}, b"k", b"v", None)
+
+    consumer = consumer or unconnected_consumer(callback)
+    consumer.getmany = getmany
+    await consumer._drain_messages(fetcher)
+    return consumer
+
+
+async def test_faust_s_fetcher_hands_a_record_over_in_its_own_task_when_it_need_not_wait() -> None:
+    # faust races each hand-over, as a task of its own, against the flow's suspension
+    # (`wait_first`); ours runs it in the fetcher's task unless it has to wait.
+    fetching = asyncio.current_task()
+    ran_in: list[tuple[int, bool]] = []
+
+    async def callback(message: Message) -> None:
+        ran_in.append((message.offset, asyncio.current_task() is fetching))
+
+    consumer = await _drain_one_fetch(callback, [1, 2, 3])
+    assert ran_in == [(1, True), (2, True), (3, True)]
+    assert consumer._read_offset[TP("events", 0)] == 3
+
+
+async def test_the_fetcher_lets_other_tasks_run_between_two_records() -> None:
+    # A commit's round trips wait for turns of the event loop: a fetch handed over in
+    # one go made them wait for all of it.
+    turns: list[object] = []
+
+    async def other_task() -> None:
+        while True:
+            turns.append("turn")
+            await asyncio.sleep(0)
+
+    async def callback(message: Message) -> None:
+        turns.append(message.offset)
+
+    other = asyncio.ensure_future(other_task())
+    await asyncio.sleep(0)
+    await _drain_one_fetch(callback, [1, 2, 3])
+    other.cancel()
+    at = [turns.index(offset) for offset in (1, 2, 3)]
+    assert all(later - earlier > 1 for earlier, later in itertools.pairwise(at)), turns
+
+
+async def test_a_hand_over_that_waits_finishes_before_the_next_record_is_handed_over() -> None:
+    handed: list[str] = []
+
+    async def callback(message: Message) -> None:
+        handed.append(f"{message.offset} in")
+        if message.offset == 2:  # the agent's queue is full for a moment
+            await asyncio.sleep(0.01)
+        handed.append(f"{message.offset} out")
+
+    await _drain_one_fetch(callback, [1, 2, 3])
+    assert handed == ["1 in", "1 out", "2 in", "2 out", "3 in", "3 out"]
+
+
+async def test_a_waiting_hand_over_is_dropped_when_the_flow_is_suspended() -> None:
+    # As in faust: a rebalance suspends the flow; a hand-over still waiting then is
+    # cancelled, and the partition is fetched again from its committed offset.
+    handed: list[str] = []
+    consumer: Any = None
+
+    async def callback(message: Message) -> None:
+        try:
+            if message.offset == 2:
+                asyncio.get_running_loop().call_later(0.01, consumer.suspend_flow.set)
+                await asyncio.Event().wait()
+            handed.append(f"{message.offset}")
+        except asyncio.CancelledError:
+            handed.append(f"{message.offset} cancelled")
+            raise
+
+    consumer = unconnected_consumer(callback)
+    await _drain_one_fetch(callback, [1, 2, 3], consumer)
+    # 3 goes faust's way while the flow is suspended: raced against the set flag.
+    assert handed[:2] == ["1", "2 cancelled"]
 
 
 def test_a_hold_is_released_by_the_record_after_a_sought_transaction_marker() -> None:
