@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import faust
+from mode import ServiceT
 
 from app.consumer import ExactlyOnceTransport
 from app.partition_tasks import PartitionTasks
@@ -32,6 +34,14 @@ class PairstreamApp(faust.App):
 
     def _new_producer_transport(self) -> Any:
         return ExactlyOnceTransport(self.conf.broker_producer, self)
+
+    def on_init_dependencies(self) -> Iterable[ServiceT]:
+        dependencies = super().on_init_dependencies()
+        if not settings().faust_sensor:
+            # faust calls its monitor for every record, event and send: per-event
+            # work on the hot path, for figures /stats and /metrics have of their own.
+            self.sensors.remove(self.monitor)
+        return dependencies
 
 
 def create_app() -> PairstreamApp:

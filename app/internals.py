@@ -56,7 +56,11 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
         "_settings_extra": ("self",),
         "commit_transactions": ("self", "tid_to_offset_map", "group_id", "start_new_transaction"),
     },
-    faust.App: {"_new_transport": ("self",), "_new_producer_transport": ("self",)},
+    faust.App: {
+        "_new_transport": ("self",),
+        "_new_producer_transport": ("self",),
+        "on_init_dependencies": ("self",),
+    },
     faust.Worker: {"on_setup_root_logger": ("self", "logger", "level")},
 }
 

@@ -1,5 +1,6 @@
-"""GET /metrics: faust-streaming's Prometheus sensor (names prefixed `faust_`)
-and our own metrics (prefixed `pairstream_`), in one registry.
+"""GET /metrics: our metrics (prefixed `pairstream_`), and with
+PAIRSTREAM_FAUST_SENSOR faust-streaming's Prometheus sensor too (prefixed `faust_`),
+in one registry.
 
 Ours are read from `worker_status()` at scrape time, so the event path only
 bumps plain counters.
@@ -12,7 +13,8 @@ from typing import Any
 
 from faust.sensors.prometheus import setup_prometheus_sensors
 from faust.types import AppT
-from prometheus_client import CollectorRegistry
+from faust.web import Request, Response, View
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -157,7 +159,13 @@ def _delivery_metrics(delivery: dict[str, Any]) -> Iterator[Metric]:
     )
 
 
-def setup_metrics(app: AppT) -> None:
+def setup_metrics(app: AppT, faust_sensor: bool) -> None:
     registry = CollectorRegistry()
     registry.register(WorkerCollector())
-    setup_prometheus_sensors(app, pattern="/metrics", registry=registry, name_prefix="faust")
+    if faust_sensor:  # its page serves the whole registry
+        setup_prometheus_sensors(app, pattern="/metrics", registry=registry, name_prefix="faust")
+        return
+
+    @app.page("/metrics")
+    async def metrics(self: View, request: Request) -> Response:
+        return self.bytes(generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -118,6 +118,11 @@ class Settings(BaseSettings):
     debug: bool = Field(
         False, description="also serve faust's raw table dumps (/table), graph and sensor pages"
     )
+    faust_sensor: bool = Field(
+        False,
+        description="also run faust-streaming's own sensor, served by /metrics as `faust_…`:"
+        " faust calls it for every record, event and send, a cost on the hot path",
+    )
 
     # The deposit chain (seed 001): validation and ledger services (docs/chain.md)
     chain_enabled: bool = Field(False, description="run the deposit chain's agents")

@@ -29,7 +29,7 @@ DASHBOARD = (Path(__file__).parent / "dashboard.html").read_text()
 FORWARDED = "X-Pairstream-Forwarded"  # a forwarded request is never forwarded again
 PEER_TIMEOUT = aiohttp.ClientTimeout(total=5)
 
-setup_metrics(app)
+setup_metrics(app, conf.faust_sensor)
 
 
 @app.page("/")

@@ -49,3 +49,19 @@ def test_the_benchmark_switch_turns_transactions_off(monkeypatch: pytest.MonkeyP
         assert not fresh.in_transaction
     finally:
         settings.cache_clear()
+
+
+@pytest.mark.parametrize("faust_sensor", [False, True])
+def test_faust_s_monitor_sees_events_only_when_its_sensor_is_asked_for(
+    monkeypatch: pytest.MonkeyPatch, faust_sensor: bool
+) -> None:
+    # faust calls every sensor for each record, event and send (issue 14: no
+    # per-event sensors on the hot path).
+    monkeypatch.setenv("PAIRSTREAM_FAUST_SENSOR", str(faust_sensor).lower())
+    settings.cache_clear()
+    try:
+        fresh = create_app()
+        list(fresh.on_init_dependencies())
+        assert (fresh.monitor in set(fresh.sensors)) is faust_sensor
+    finally:
+        settings.cache_clear()
