@@ -17,7 +17,7 @@ from faust.types import TP
 
 from app.backlog import caught_up
 from app.faust_app import app
-from app.in_order import events_once
+from app.in_order import runs_once
 from app.outbox import Record
 from app.partition_tasks import PartitionTask
 from app.settings import settings
@@ -97,49 +97,54 @@ async def hold_handed_over_sources(revoked: set[TP]) -> None:
 app.partition_tasks.revoke_hooks.append(hold_handed_over_sources)
 
 
+app.partition_tasks.in_runs.add(conf.events_topic)
+
+
 @app.agent(events)
 async def ingest(stream: Any) -> None:
+    """Each run of an input partition's records in one step (app/runs.py)."""
     keyed_topic = keyed_events.get_topic_name()
     dlq_topic = dead_letters.get_topic_name()
-    async for event in events_once(app, stream):
-        message = event.message
-        raw: bytes | None = message.value
-        record_source = Source(message.topic, message.partition, message.offset)
-        async with exactly_once(app, event) as task:
+    async for event, records in runs_once(app, stream):
+        async with exactly_once(app, event, len(records)) as task:
             now = time.time()
             outbox = task.outbox
-            outbox.count("events_in")
-            parsed = parse_event(raw, conf.max_event_bytes)
-            if isinstance(parsed, Rejection):
-                outbox.count("dead_lettered")
-                outbox.send(
-                    dlq_topic,
-                    message.key,
-                    dead_letter_record(parsed.reason, raw, record_source),
-                    None,
-                )
-                continue
-            assert raw is not None  # a valid event has a body
-            outbox.count("valid")
             source = task.processor(SourceProgress, load_source)
-            before = source.progress_us
-            stamp = source.observe(parsed.time_us, now)
-            if stamp != before:
-                store_progress(task, stamp)
-            if source.must_announce:
-                # Newly assigned, or back from idle: ahead of its event, so that no
-                # keyed partition takes this partition as idle when the event arrives
-                # (told as idle, which it was until this event, it went on counting as
-                # idle until its next progress reached them with a commit).
-                update = source.announcement(message.partition, conf.events_partitions, now)
-                outbox.send_all(watermark_records(update))
-            partition = partition_for(parsed.key, conf.partitions)
-            outbox.send(
-                keyed_topic,
-                parsed.key.encode(),
-                encode_keyed_event(parsed, raw, record_source, stamp),
-                partition,
-            )
+            stored = source.progress_us
+            for record in records:
+                raw: bytes | None = record.value
+                record_source = Source(record.topic, record.partition, record.offset)
+                outbox.count("events_in")
+                parsed = parse_event(raw, conf.max_event_bytes)
+                if isinstance(parsed, Rejection):
+                    outbox.count("dead_lettered")
+                    outbox.send(
+                        dlq_topic,
+                        record.key,
+                        dead_letter_record(parsed.reason, raw, record_source),
+                        None,
+                    )
+                    continue
+                assert raw is not None  # a valid event has a body
+                outbox.count("valid")
+                stamp = source.observe(parsed.time_us, now)
+                if source.must_announce:
+                    # Newly assigned, or back from idle: ahead of its event, so that no
+                    # keyed partition takes this partition as idle when the event arrives
+                    # (told as idle, which it was until this event, it went on counting
+                    # as idle until its next progress reached them with a commit).
+                    update = source.announcement(record.partition, conf.events_partitions, now)
+                    outbox.send_all(watermark_records(update))
+                outbox.send(
+                    keyed_topic,
+                    parsed.key.encode(),
+                    encode_keyed_event(parsed, raw, record_source, stamp),
+                    partition_for(parsed.key, conf.partitions),
+                )
+            if source.progress_us is not None and source.progress_us != stored:
+                # Once per run: the run commits as one, and a restart goes on from the
+                # progress of its last event.
+                store_progress(task, source.progress_us)
 
 
 @app.timer(interval=min(1.0, conf.idle_timeout_seconds / 2))

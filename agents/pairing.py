@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.faust_app import app
-from app.in_order import events_once
+from app.in_order import runs_once
 from app.outbox import Outbox
 from app.partition_tasks import PartitionTask
 from app.settings import settings
@@ -64,32 +64,38 @@ def pending_by_partition() -> dict[int, tuple[PendingSummary, int | None]]:
     return found
 
 
+app.partition_tasks.in_runs.add(keyed_events.get_topic_name())
+
+
 @app.agent(keyed_events)
 async def pair(stream: Any) -> None:
-    async for event in events_once(app, stream):
-        async with exactly_once(app, event) as task:
+    """Each run of a keyed partition's records in one step (app/runs.py)."""
+    async for event, records in runs_once(app, stream):
+        async with exactly_once(app, event, len(records)) as task:
             outbox = task.outbox
             keyed_partition = task.processor(KeyedPartition, KeyedPartition)
             engine = keyed_partition.engine
-            # Max wait's clock: when ingest (or the tick timer) wrote the record. On the
-            # wall clock a pairing stage that falls behind took its own lag for the
-            # watermark standing still, and closed keys whose partner was right behind.
-            now = event.message.timestamp
-            value = event.message.value
-            assert value is not None  # written by ingest or the tick timer, never empty
-            keyed = None
-            if event.message.key == WATERMARK_KEY:
-                outbox.count("watermarks")
-                outcomes: list[Outcome] = engine.observe(decode_watermark(loads(value)), now)
-                keyed_partition.state.set_clock(engine.clock)
-            elif value == TICK:
-                outbox.count("ticks")
-                outcomes = engine.expire_waiting(now)
-            else:
-                outbox.count("events_in")
-                keyed = decode_keyed_event(value)
-                outcomes = engine.process(keyed.event, keyed.progress_us, now)
-            publish(outcomes, keyed, outbox)
+            for record in records:
+                # Max wait's clock: when ingest (or the tick timer) wrote the record. On
+                # the wall clock a pairing stage that falls behind took its own lag for
+                # the watermark standing still, and closed keys whose partner was right
+                # behind.
+                now = record.timestamp / 1000
+                value = record.value
+                assert value is not None  # written by ingest or the tick timer, never empty
+                keyed = None
+                if record.key == WATERMARK_KEY:
+                    outbox.count("watermarks")
+                    outcomes: list[Outcome] = engine.observe(decode_watermark(loads(value)), now)
+                    keyed_partition.state.set_clock(engine.clock)
+                elif value == TICK:
+                    outbox.count("ticks")
+                    outcomes = engine.expire_waiting(now)
+                else:
+                    outbox.count("events_in")
+                    keyed = decode_keyed_event(value)
+                    outcomes = engine.process(keyed.event, keyed.progress_us, now)
+                publish(outcomes, keyed, outbox)
 
 
 def publish(outcomes: list[Outcome], keyed: KeyedEvent | None, outbox: Outbox) -> None:

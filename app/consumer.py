@@ -35,6 +35,7 @@ from app.commit_schedule import CommitSchedule
 from app.kafka_admin import committed_records_between, last_committed_records
 from app.outbox import send_in_transaction, transactional_id
 from app.partition_tasks import PartitionTasks
+from app.runs import in_runs
 from app.settings import settings
 
 log = logging.getLogger(__name__)
@@ -105,11 +106,15 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         # records as not active after aiokafka had moved past them. A standby so missed
         # up to a whole fetch of its changelog (docs/exactly-once.md, point 21).
         if active_partitions is None:
-            return await super()._getmany(None, timeout)
-        requested = set(active_partitions)
-        if not requested:
-            return {}
-        return await super()._getmany(requested, timeout)
+            fetched = await super()._getmany(None, timeout)
+        else:
+            requested = set(active_partitions)
+            if not requested:
+                return {}
+            fetched = await super()._getmany(requested, timeout)
+        if not fetched or not self.tasks.in_runs:
+            return fetched
+        return in_runs(fetched, self.tasks.in_runs, settings().max_run_records)
 
     async def wait_first(self, *coros: Any, timeout: Any = None) -> WaitResults:
         # faust's fetch loop (`_drain_messages`) hands each record to the conductor as

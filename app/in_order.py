@@ -4,7 +4,8 @@ in order, in the assignment that owns it (the skip filter in front of every agen
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from bisect import bisect_left
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from faust.types import TP, EventT
@@ -38,41 +39,73 @@ async def events_once(app: PairstreamApp, stream: Any) -> AsyncIterator[EventT[A
     must await first (delivery) does so through `before_step`, and checks `still_current`
     after it.
     """
+    async for event in stream.noack().events():
+        if await _admitted(app, event.message, event.message.offset):
+            yield event
+
+
+async def runs_once(
+    app: PairstreamApp, stream: Any
+) -> AsyncIterator[tuple[EventT[Any], Sequence[Any]]]:
+    """For a stage whose records come in runs (app/runs.py): each run's event, and its
+    records still to process, by the rules of `events_once` applied to the run's
+    first record still to process. Records of the run before the partition's next
+    offset were processed already (a run fetched before a seek back) and are left out.
+    """
     tasks = app.partition_tasks
-    consumer: Any = app.consumer
-    held = consumer.last_read.holds
     async for event in stream.noack().events():
         message = event.message
-        tp = message.tp
-        task = tasks.get(tp)
-        reason: str
-        if tasks.closing:
-            reason = "closing"
-        elif task is None:
-            reason = "unassigned"
-        elif app.in_recovery:
-            reason = "recovering"
-            task.offsets.skipped(message.offset)
-        else:
-            offsets = task.offsets
-            verdict = offsets.verdict(message.offset)
-            if verdict is Verdict.PROCESS and offsets.jumps_from_seek(message.offset):
-                verdict = await _check_jump(tp, offsets, message.offset)
-            if verdict is Verdict.PROCESS:
-                if held:
-                    held.pop(tp, None)  # back in order after a seek back
-                yield event
-                continue
-            reason = verdict.value
-            if verdict is not Verdict.REDELIVERED:
-                offsets.skipped(message.offset)
-            if verdict is Verdict.OUT_OF_ORDER and offsets.next is not None:
-                # Again for every such record: aiokafka may hand on records it
-                # fetched before the last seek.
-                await consumer.seek_back(tp, offsets.next)
-        log.warning("skipped %s record %s@%d", reason, tp, message.offset)
-        tasks.stats.count(f"skipped_{reason}")
-        internals.forget_unacked(consumer, message)
+        records: Sequence[Any] = message.value
+        task = tasks.get(message.tp)
+        after = None if task is None else task.offsets.next
+        if after is not None and records[0].offset < after:
+            records = records[bisect_left(records, after, key=_offset) :]
+        first = records[0].offset if records else message.offset
+        if await _admitted(app, message, first):
+            yield event, records
+
+
+def _offset(record: Any) -> int:
+    offset: int = record.offset
+    return offset
+
+
+async def _admitted(app: PairstreamApp, message: Any, offset: int) -> bool:
+    """Whether the message, whose first record to process is at `offset`, is the next
+    of its partition to process; if not, it is skipped and forgotten by faust."""
+    tasks = app.partition_tasks
+    consumer: Any = app.consumer
+    tp = message.tp
+    task = tasks.get(tp)
+    reason: str
+    if tasks.closing:
+        reason = "closing"
+    elif task is None:
+        reason = "unassigned"
+    elif app.in_recovery:
+        reason = "recovering"
+        task.offsets.skipped(offset)
+    else:
+        offsets = task.offsets
+        verdict = offsets.verdict(offset)
+        if verdict is Verdict.PROCESS and offsets.jumps_from_seek(offset):
+            verdict = await _check_jump(tp, offsets, offset)
+        if verdict is Verdict.PROCESS:
+            held = consumer.last_read.holds
+            if held:
+                held.pop(tp, None)  # back in order after a seek back
+            return True
+        reason = verdict.value
+        if verdict is not Verdict.REDELIVERED:
+            offsets.skipped(offset)
+        if verdict is Verdict.OUT_OF_ORDER and offsets.next is not None:
+            # Again for every such record: aiokafka may hand on records it
+            # fetched before the last seek.
+            await consumer.seek_back(tp, offsets.next)
+    log.warning("skipped %s record %s@%d", reason, tp, offset)
+    tasks.stats.count(f"skipped_{reason}")
+    internals.forget_unacked(consumer, message)
+    return False
 
 
 async def _check_jump(tp: TP, offsets: Progress, offset: int) -> Verdict:

@@ -74,6 +74,8 @@ class PartitionTasks:
         # (ingest's events -> pairing's keyed events): committed every handoff interval
         # while that stage waits for records (app/consumer.py).
         self.handoffs: dict[str, str] = {}
+        # Input topics whose records reach their agent in runs (app/runs.py).
+        self.in_runs: set[str] = set()
         # Told after each commit which offsets it committed (delivery waits for them).
         self.commit_listeners: list[Callable[[dict[TP, int]], None]] = []
         # Awaited on revocation, after the last commit and before the tasks go.

@@ -70,6 +70,13 @@ class Settings(BaseSettings):
         " after its second event, not two; at or above commit_interval_seconds, ingest"
         " commits with everything else",
     )
+    max_run_records: int = Field(
+        500,
+        ge=1,
+        description="most records of one partition that ingest and pairing process as one"
+        " run (one step, one hand-over through faust); a run holds the event loop while it"
+        " is processed",
+    )
     session_timeout_seconds: float = Field(
         10.0, gt=0, description="how soon the group notices a dead worker and rebalances"
     )

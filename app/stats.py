@@ -50,10 +50,11 @@ class Stats:
         self.throughput: defaultdict[str, Throughput] = defaultdict(Throughput)  # by topic
         self.last_commit_at: dict[TP, float] = {}
 
-    def processed(self, tp: TP, counts: Counter[str], now: float) -> None:
-        """An event of tp was acked with its records; `counts` says what it was."""
+    def processed(self, tp: TP, counts: Counter[str], now: float, records: int = 1) -> None:
+        """An event of tp (or a run of `records`) was acked with what it sent; `counts`
+        says what it was."""
         self.partitions[tp].update(counts)
-        self.throughput[tp.topic].add(1, now)
+        self.throughput[tp.topic].add(records, now)
 
     def count(self, name: str, n: int = 1) -> None:
         self.process[name] += n

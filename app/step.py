@@ -26,9 +26,13 @@ log = logging.getLogger(__name__)
 
 
 @asynccontextmanager
-async def exactly_once(app: PairstreamApp, event: EventT[Any]) -> AsyncIterator[PartitionTask]:
+async def exactly_once(
+    app: PairstreamApp, event: EventT[Any], records: int = 1
+) -> AsyncIterator[PartitionTask]:
     """The event's partition task, its outbox empty; on a clean exit the outbox is
-    sent into the event's transaction and the event acked, with no commit between."""
+    sent into the event's transaction and the event acked, with no commit between.
+    An event may stand for several `records` (a run, app/runs.py): its offset is
+    that of the last."""
     tasks = app.partition_tasks
     tp = event.message.tp
     task = tasks.get(tp)
@@ -40,7 +44,7 @@ async def exactly_once(app: PairstreamApp, event: EventT[Any]) -> AsyncIterator[
             task.writes.sent(await send_in_transaction(app, tp, outbox.records))
             event.ack()
             task.offsets.processed(event.message.offset)
-        tasks.stats.processed(tp, outbox.counts, time.time())
+        tasks.stats.processed(tp, outbox.counts, time.time(), records)
     finally:
         outbox.clear()
         task.writes.discard()  # a step cut off: its writes are not in any transaction

@@ -1,0 +1,102 @@
+"""Runs (app/runs.py): what one fetch returned of a partition reaches the agent as one
+message, through faust's own conversion, and the agent gets each offset once."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+from faust.types import TP
+
+from app.faust_app import app
+from app.in_order import runs_once
+from app.partition_tasks import PartitionTasks
+from app.runs import Run, in_runs
+
+EVENTS, OTHER = TP("events", 0), TP("other", 0)
+
+
+def records(tp: TP, offsets: range) -> list[Any]:
+    return [
+        SimpleNamespace(topic=tp.topic, partition=tp.partition, offset=o, timestamp=1000 + o)
+        for o in offsets
+    ]
+
+
+def test_a_fetch_is_cut_into_runs_of_the_topics_taken_in_runs_only() -> None:
+    fetched = {EVENTS: records(EVENTS, range(10, 15)), OTHER: records(OTHER, range(3))}
+    result = in_runs(fetched, {"events"}, max_records=2)
+    runs = result[EVENTS]
+    assert [[r.offset for r in run.value] for run in runs] == [[10, 11], [12, 13], [14]]
+    assert [(run.first_offset, run.offset, run.timestamp) for run in runs] == [
+        (10, 11, 1011),
+        (12, 13, 1013),
+        (14, 14, 1014),
+    ]
+    assert result[OTHER] is fetched[OTHER]
+
+
+def test_faust_turns_a_run_into_one_message_at_its_last_offset() -> None:
+    run = Run(records(EVENTS, range(4, 7)))
+    message: Any = app.consumer._to_message(EVENTS, run)  # type: ignore[attr-defined]
+    assert (message.tp, message.offset, message.timestamp) == (EVENTS, 6, 1.006)
+    assert [r.offset for r in message.value] == [4, 5, 6]
+    assert message.key is None
+
+
+class Message(SimpleNamespace):
+    """Weakly referable and hashed by identity, as faust's in-flight set of messages
+    needs."""
+
+    __hash__ = object.__hash__
+
+
+class Stream:
+    def __init__(self, runs: list[Run]) -> None:
+        self.runs = runs
+
+    def noack(self) -> Stream:
+        return self
+
+    async def events(self) -> AsyncIterator[Any]:
+        for run in self.runs:
+            message = Message(
+                tp=EVENTS, topic="events", offset=run.offset, value=run.value, acked=False
+            )
+            yield SimpleNamespace(message=message)
+
+
+async def test_each_offset_of_a_run_reaches_the_agent_once(own_tasks: PartitionTasks) -> None:
+    own_tasks.assigned({EVENTS})
+    task = own_tasks.get(EVENTS)
+    assert task is not None
+    task.offsets.sought_to_committed(10)
+    task.offsets.processed(9)  # anchored: no jump to check with the broker
+
+    stream = Stream(
+        [
+            Run(records(EVENTS, range(8, 12))),  # fetched before a seek: 8 and 9 were done
+            Run(records(EVENTS, range(9, 12))),  # all of it done
+            Run(records(EVENTS, range(12, 14))),
+        ]
+    )
+    seen = []
+    async for event, todo in runs_once(app, stream):
+        seen.append([r.offset for r in todo])
+        task.offsets.processed(event.message.offset)
+    assert seen == [[10, 11], [12, 13]]
+    assert own_tasks.stats.process["skipped_redelivered"] == 1
+
+
+async def test_a_run_while_the_assignment_closes_is_skipped_and_remembered(
+    own_tasks: PartitionTasks,
+) -> None:
+    own_tasks.assigned({EVENTS})
+    task = own_tasks.get(EVENTS)
+    assert task is not None
+    task.offsets.sought_to_committed(20)
+    own_tasks.closing = True
+    stream = Stream([Run(records(EVENTS, range(20, 25)))])
+    assert [todo async for _, todo in runs_once(app, stream)] == []
+    assert own_tasks.stats.process["skipped_closing"] == 1
