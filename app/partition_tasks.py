@@ -37,7 +37,7 @@ class PartitionTask:
         self.offsets = Progress()
         self.outbox = Outbox()
         self.writes = StepWrites(tp, local_state)
-        # Held by a step from its first send until its ack, and by a commit of this
+        # Held by a step from its start until its ack, and by a commit of this
         # partition from choosing its offset until its transaction is committed. Per
         # partition: a commit of some partitions (ingest's handoff) leaves the others'
         # steps going.

@@ -102,3 +102,30 @@ async def test_closing_waits_for_the_steps_of_every_partition(
     steps.release(KEYED)
     await asyncio.wait_for(asyncio.gather(closing, keyed_step), timeout=5)
     assert steps.acked == [(KEYED, 3)]
+
+
+async def test_a_step_s_body_runs_only_between_commits(
+    own_tasks: PartitionTasks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit's hooks read what a body changed (ingest's progress): a body that ran
+    while a commit held the lock would have its progress told in that commit's
+    transaction, ahead of its events."""
+    steps = Steps()
+    monkeypatch.setattr(step, "send_in_transaction", steps.send)
+    own_tasks.assigned({INGEST})
+    task = own_tasks.get(INGEST)
+    assert task is not None
+    ran: list[int] = []
+
+    async def run() -> None:
+        message = SimpleNamespace(tp=INGEST, offset=5)
+        event: Any = SimpleNamespace(message=message, ack=lambda: steps.acked.append((INGEST, 5)))
+        async with step.exactly_once(app, event):
+            ran.append(5)
+
+    async with task.lock:  # a commit of the partition is in flight
+        started = asyncio.ensure_future(run())
+        await settle()
+        assert ran == []
+    await asyncio.wait_for(started, timeout=5)
+    assert ran == [5] and steps.acked == [(INGEST, 5)]
