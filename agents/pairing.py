@@ -75,6 +75,8 @@ async def pair(stream: Any) -> None:
             outbox = task.outbox
             keyed_partition = task.processor(KeyedPartition, KeyedPartition)
             engine = keyed_partition.engine
+            # When the run's pairs were made: one clock read and format per run.
+            paired_at = format_time(datetime.now(UTC))
             for record in records:
                 # Max wait's clock: when ingest (or the tick timer) wrote the record. On
                 # the wall clock a pairing stage that falls behind took its own lag for
@@ -95,15 +97,16 @@ async def pair(stream: Any) -> None:
                     outbox.count("events_in")
                     keyed = decode_keyed_event(value)
                     outcomes = engine.process(keyed.event, keyed.progress_us, now)
-                publish(outcomes, keyed, outbox)
+                publish(outcomes, keyed, outbox, paired_at)
 
 
-def publish(outcomes: list[Outcome], keyed: KeyedEvent | None, outbox: Outbox) -> None:
+def publish(
+    outcomes: list[Outcome], keyed: KeyedEvent | None, outbox: Outbox, paired_at: str
+) -> None:
     for outcome in outcomes:
         key = outcome.key.encode()
         if isinstance(outcome, Paired):
             outbox.count("pairs")
-            paired_at = format_time(datetime.now(UTC))
             outbox.send(pairs.get_topic_name(), key, pair_record(outcome, paired_at), None)
         elif isinstance(outcome, Unpaired):
             outbox.count(outcome.reason)

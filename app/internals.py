@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import faust
@@ -17,6 +17,7 @@ import rocksdict
 from aiokafka import AIOKafkaConsumer, errors
 from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.protocol.group import LeaveGroupRequest
+from aiokafka.structs import TopicPartition
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -172,6 +173,50 @@ def transaction_producer(transactional_id: str) -> tuple[Any, asyncio.Lock] | No
     if producer is None:
         return None
     return producer, faust_aiokafka.Producer._trn_locks[transactional_id]
+
+
+def append_to_open_batch(
+    producer: Any, tp: TopicPartition, key: bytes | None, value: bytes | None
+) -> asyncio.Future[Any] | None:
+    """Append a record to the aiokafka producer's open batch for tp (its accumulator's
+    `_batches`, `MessageBatch.append`) without an await: what `AIOKafkaProducer.send`
+    ends in when that batch has room, less its per-record metadata look-ups, checks and
+    coroutine. The record's delivery; None when there is no open batch, it is full, or
+    the accumulator is closed or has failed: then it is sent the usual way. A batch is
+    opened by `send`, which also adds its partition to the transaction."""
+    accumulator = producer._message_accumulator
+    if accumulator._closed or accumulator._exception is not None:
+        return None
+    batches = accumulator._batches.get(tp)
+    if not batches:
+        return None
+    delivery: asyncio.Future[Any] | None = batches[-1].append(key, value, None)
+    return delivery
+
+
+def keyed_partitioner(producer: Any, topic: str) -> Callable[[bytes], int] | None:
+    """The partition the aiokafka producer's `send` gives a keyed record of `topic`
+    (its `_partitioner`, over the partitions its metadata knows then); None when it
+    knows none yet."""
+    cluster = producer.client.cluster
+    partitions = cluster.partitions_for_topic(topic)
+    if not partitions:
+        return None
+    every = list(partitions)
+    available = list(cluster.available_partitions_for_topic(topic))
+    choose = producer._partitioner
+
+    def partition(key: bytes) -> int:
+        chosen: int = choose(key, every, available)
+        return chosen
+
+    return partition
+
+
+def plain_producer(producer: Any) -> Any:
+    """The aiokafka producer under faust's producer that sends outside any transaction
+    (`Producer._ensure_producer`)."""
+    return producer._ensure_producer()
 
 
 def local_partition(table: Any, partition: int) -> Any:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
+from aiokafka.structs import TopicPartition
 from faust.types import TP, AppT
 
 from app import internals
@@ -60,27 +62,46 @@ async def send_in_transaction(
     `bench_without_transactions` (no transactions) the same sends go through the
     app's plain producer, which faust flushes before each commit."""
     tid = transactional_id(app, tp)
-    deliveries = []
+    failed = _crash_on_failure(app, tid)
     if not app.in_transaction:
-        for topic, key, value, partition in records:
-            delivery: Any = await app.producer.send(topic, key, value, partition, None, None)
-            delivery.add_done_callback(_crash_on_failure(app, tid))
-            deliveries.append(delivery)
-        return deliveries
+        return await _send(internals.plain_producer(app.producer), records, failed)
     transaction = internals.transaction_producer(tid)
     if transaction is None:
         # Sending without the transaction would break exactly-once: stop instead.
         raise DeliveryFailed(f"no open transaction {tid} for {tp}")
     producer, lock = transaction
     async with lock:
-        for topic, key, value, partition in records:
+        return await _send(producer, records, failed)
+
+
+async def _send(
+    producer: Any, records: list[Record], failed: Callable[[asyncio.Future[Any]], None]
+) -> list[asyncio.Future[Any]]:
+    """Hand the records to an aiokafka producer in order: appended to the batch open
+    for their partition where there is one (most are), else through its `send`,
+    which opens one. No await per record, and no per-record metadata look-ups: they
+    were about a fifth of a worker's CPU."""
+    deliveries = []
+    partitioners: dict[str, Callable[[bytes], int] | None] = {}
+    for topic, key, value, partition in records:
+        if partition is None and key is not None:
+            if topic not in partitioners:
+                partitioners[topic] = internals.keyed_partitioner(producer, topic)
+            choose = partitioners[topic]
+            if choose is not None:
+                partition = choose(key)
+        delivery = None
+        if partition is not None:
+            tp = TopicPartition(topic, partition)
+            delivery = internals.append_to_open_batch(producer, tp, key, value)
+        if delivery is None:
             delivery = await producer.send(topic, value, key=key, partition=partition)
-            delivery.add_done_callback(_crash_on_failure(app, tid))
-            deliveries.append(delivery)
+        delivery.add_done_callback(failed)
+        deliveries.append(delivery)
     return deliveries
 
 
-def _crash_on_failure(app: Any, tid: str) -> Any:
+def _crash_on_failure(app: Any, tid: str) -> Callable[[asyncio.Future[Any]], None]:
     def check(delivery: asyncio.Future[Any]) -> None:
         if not delivery.cancelled() and delivery.exception() is not None:
             # The transaction cannot commit; crash so it aborts and replays.

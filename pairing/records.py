@@ -33,7 +33,17 @@ class Source:
 
 def dumps(record: Mapping[str, Any]) -> bytes:
     """Compact JSON in which a Decimal is written as the exact JSON number it is."""
-    return _encode(record).encode()
+    try:
+        return orjson.dumps(record, default=_exact_decimal)
+    except orjson.JSONEncodeError:
+        # An int beyond 64 bits, which orjson does not write: rare, so the slow way.
+        return _encode(record).encode()
+
+
+def _exact_decimal(value: Any) -> orjson.Fragment:
+    if isinstance(value, Decimal):
+        return orjson.Fragment(str(value))  # finite by validation; "1E+2" is valid JSON
+    raise TypeError(f"cannot encode {type(value).__name__}")
 
 
 def _encode(value: Any) -> str:
@@ -42,7 +52,7 @@ def _encode(value: Any) -> str:
     if value is None or isinstance(value, (bool, int, float)):
         return json.dumps(value)
     if isinstance(value, Decimal):
-        return str(value)  # finite by validation; "1E+2" is a valid JSON number
+        return str(value)
     if isinstance(value, Mapping):
         return "{" + ",".join(f"{json.dumps(k)}:{_encode(v)}" for k, v in value.items()) + "}"
     if isinstance(value, (list, tuple)):

@@ -17,11 +17,13 @@ from unittest.mock import AsyncMock
 
 import faust
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.consumer.fetcher import Fetcher, FetchResult
 from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance
 from aiokafka.errors import ProducerFenced
 from aiokafka.protocol.group import LeaveGroupRequest_v0
+from aiokafka.protocol.metadata import MetadataResponse_v0
+from aiokafka.structs import TopicPartition
 from faust.exceptions import ConsumerNotStarted
 from faust.transport.consumer import ThreadDelegateConsumer
 from faust.types import TP, Message
@@ -599,3 +601,41 @@ async def test_a_fetch_returns_only_partitions_active_when_it_was_asked_for() ->
     assert [tp.partition for tp in returned] == [0, 1] and standby.position == 10
     returned, standby = await _fetch_while_a_restore_ends(ExactlyOnceConsumer._getmany)
     assert [tp.partition for tp in returned] == [0] and standby.position == 0
+
+
+def producer_knowing(topic: str, partitions: int) -> AIOKafkaProducer:
+    """An aiokafka producer (never started) whose metadata has `topic`."""
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1")
+    producer.client.cluster.update_metadata(
+        MetadataResponse_v0(
+            brokers=[(0, "127.0.0.1", 1)],
+            topics=[(0, topic, [(0, p, 0, [0], [0]) for p in range(partitions)])],
+        )
+    )
+    return producer
+
+
+async def test_keyed_partitioner_chooses_as_aiokafka_s_send_does() -> None:
+    producer = producer_knowing("out", 5)
+    choose = internals.keyed_partitioner(producer, "out")
+    assert choose is not None
+    keys = [b"2024-02-09 21:00:%02d" % s for s in range(60)]
+    chosen = [choose(key) for key in keys]
+    assert chosen == [producer._partition("out", None, key, None, key, None) for key in keys]
+    assert len(set(chosen)) > 1
+    assert internals.keyed_partitioner(producer, "unknown") is None
+
+
+async def test_a_record_appended_to_the_open_batch_follows_the_one_send_put_there() -> None:
+    producer = producer_knowing("out", 5)
+    tp = TopicPartition("out", 2)
+    assert internals.append_to_open_batch(producer, tp, b"k0", b"v0") is None  # no open batch
+    accumulator = producer._message_accumulator
+    first = await accumulator.add_message(tp, b"k1", b"v1", 5)  # what send ends in
+    second = internals.append_to_open_batch(producer, tp, b"k2", b"v2")
+    assert second is not None and second is not first
+    (batch,) = accumulator._batches[tp]
+    assert batch.record_count == 2
+    batch.done(base_offset=40)
+    assert (first.result().offset, second.result().offset) == (40, 41)
+    assert internals.append_to_open_batch(producer, TopicPartition("out", 3), b"k", b"v") is None

@@ -30,6 +30,16 @@ def test_decimals_are_written_as_exact_json_numbers() -> None:
     assert json.loads(text, parse_float=Decimal)["sum"] == Decimal("0.3")
 
 
+def test_integers_beyond_64_bits_and_any_text_are_written_exactly() -> None:
+    value = 2**70 + 1
+    text = dumps({"n": value, "s": 'é\x01"', "d": Decimal("-0.5")})
+    assert json.loads(text, parse_float=Decimal) == {
+        "n": value,
+        "s": 'é\x01"',
+        "d": Decimal("-0.5"),
+    }
+
+
 def test_keyed_event_round_trips() -> None:
     raw = b'{"type":"B","timestamp":"2024-02-09T21:00:00.25+01:00","value":12.50,"id":"b1"}'
     event = parse_event(raw, 4096)
