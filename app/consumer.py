@@ -172,7 +172,9 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
                 break
             if everything:
                 await self.commit()
-            elif not self.tasks.closing and self.tasks.next_stage_waits(self._unprocessed):
+            elif not self.tasks.closing and self.tasks.handoff_due(
+                self._unprocessed, settings().max_run_records
+            ):
                 # Not through commit(): a commit() starting meanwhile (faust's after so
                 # many acks) would wait for this one and then skip.
                 await self.force_commit(set(self.tasks.handoffs))

@@ -17,7 +17,6 @@ import rocksdict
 from aiokafka import AIOKafkaConsumer, errors
 from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.protocol.group import LeaveGroupRequest
-from aiokafka.structs import TopicPartition
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -176,18 +175,20 @@ def transaction_producer(transactional_id: str) -> tuple[Any, asyncio.Lock] | No
 
 
 def append_to_open_batch(
-    producer: Any, tp: TopicPartition, key: bytes | None, value: bytes | None
+    producer: Any, topic: str, partition: int, key: bytes | None, value: bytes | None
 ) -> asyncio.Future[Any] | None:
-    """Append a record to the aiokafka producer's open batch for tp (its accumulator's
-    `_batches`, `MessageBatch.append`) without an await: what `AIOKafkaProducer.send`
-    ends in when that batch has room, less its per-record metadata look-ups, checks and
-    coroutine. The record's delivery; None when there is no open batch, it is full, or
+    """Append a record to the aiokafka producer's open batch for its partition (the
+    accumulator's `_batches`, `MessageBatch.append`) without an await: what
+    `AIOKafkaProducer.send` ends in when that batch has room, less its per-record
+    metadata look-ups, checks and coroutine. The record's delivery; None when there is no open batch, it is full, or
     the accumulator is closed or has failed: then it is sent the usual way. A batch is
     opened by `send`, which also adds its partition to the transaction."""
     accumulator = producer._message_accumulator
     if accumulator._closed or accumulator._exception is not None:
         return None
-    batches = accumulator._batches.get(tp)
+    # Keyed by TopicPartition, a named tuple: a plain tuple finds it, without the cost
+    # of building one per record.
+    batches = accumulator._batches.get((topic, partition))
     if not batches:
         return None
     delivery: asyncio.Future[Any] | None = batches[-1].append(key, value, None)

@@ -9,7 +9,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from aiokafka.structs import TopicPartition
 from faust.types import TP, AppT
 
 from app import internals
@@ -92,8 +91,7 @@ async def _send(
                 partition = choose(key)
         delivery = None
         if partition is not None:
-            tp = TopicPartition(topic, partition)
-            delivery = internals.append_to_open_batch(producer, tp, key, value)
+            delivery = internals.append_to_open_batch(producer, topic, partition, key, value)
         if delivery is None:
             delivery = await producer.send(topic, value, key=key, partition=partition)
         delivery.add_done_callback(failed)

@@ -1,5 +1,6 @@
 """When ingest's partitions commit between the commits of everything: only while a
-partition they feed has processed everything committed to it."""
+partition they feed has processed everything committed to it, and they have no backlog
+of their own."""
 
 from __future__ import annotations
 
@@ -12,17 +13,22 @@ from app.partition_tasks import MARKER_SLACK, PartitionTasks
 EVENTS, KEYED, OTHER = TP("events", 0), TP("keyed", 1), TP("other", 0)
 
 
-def test_the_next_stage_waits_when_a_partition_it_reads_is_caught_up(
+def test_a_handoff_is_due_when_a_partition_it_feeds_is_caught_up_and_it_has_no_backlog(
     own_tasks: PartitionTasks,
 ) -> None:
     own_tasks.assigned({EVENTS, KEYED, OTHER})
     own_tasks.handoffs["events"] = "keyed"
     pending = {EVENTS: 0, KEYED: 5_000, OTHER: 0}
-    assert not own_tasks.next_stage_waits(pending.__getitem__)  # a backlog: no handoff
+    due = own_tasks.handoff_due
+    assert not due(pending.__getitem__, 500)  # the next stage has a backlog: no handoff
     pending[KEYED] = MARKER_SLACK  # only transaction markers left
-    assert own_tasks.next_stage_waits(pending.__getitem__)
+    assert due(pending.__getitem__, 500)
+    pending[EVENTS] = 501  # the handing-off partition has a backlog of its own
+    assert not due(pending.__getitem__, 500)
+    pending[EVENTS] = 500
+    assert due(pending.__getitem__, 500)
     own_tasks.handoffs.clear()
-    assert not own_tasks.next_stage_waits(pending.__getitem__)  # nothing handed off
+    assert not due(pending.__getitem__, 500)  # nothing handed off
 
 
 def test_unprocessed_is_what_was_committed_and_not_yet_processed(

@@ -629,13 +629,13 @@ async def test_keyed_partitioner_chooses_as_aiokafka_s_send_does() -> None:
 async def test_a_record_appended_to_the_open_batch_follows_the_one_send_put_there() -> None:
     producer = producer_knowing("out", 5)
     tp = TopicPartition("out", 2)
-    assert internals.append_to_open_batch(producer, tp, b"k0", b"v0") is None  # no open batch
+    assert internals.append_to_open_batch(producer, "out", 2, b"k0", b"v0") is None  # none open
     accumulator = producer._message_accumulator
     first = await accumulator.add_message(tp, b"k1", b"v1", 5)  # what send ends in
-    second = internals.append_to_open_batch(producer, tp, b"k2", b"v2")
+    second = internals.append_to_open_batch(producer, "out", 2, b"k2", b"v2")
     assert second is not None and second is not first
     (batch,) = accumulator._batches[tp]
     assert batch.record_count == 2
     batch.done(base_offset=40)
     assert (first.result().offset, second.result().offset) == (40, 41)
-    assert internals.append_to_open_batch(producer, TopicPartition("out", 3), b"k", b"v") is None
+    assert internals.append_to_open_batch(producer, "out", 3, b"k", b"v") is None
