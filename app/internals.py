@@ -180,9 +180,10 @@ def append_to_open_batch(
     """Append a record to the aiokafka producer's open batch for its partition (the
     accumulator's `_batches`, `MessageBatch.append`) without an await: what
     `AIOKafkaProducer.send` ends in when that batch has room, less its per-record
-    metadata look-ups, checks and coroutine. The record's delivery; None when there is no open batch, it is full, or
-    the accumulator is closed or has failed: then it is sent the usual way. A batch is
-    opened by `send`, which also adds its partition to the transaction."""
+    metadata look-ups, checks and coroutine. The record's delivery; None when there is
+    no open batch, it is full, or the accumulator is closed or has failed: then it is
+    sent the usual way. A batch is opened by `send`, which also adds its partition to
+    the transaction."""
     accumulator = producer._message_accumulator
     if accumulator._closed or accumulator._exception is not None:
         return None

@@ -60,6 +60,10 @@ def _reject_constant(name: str) -> None:
     raise _BadConstant(f"value {name} is not a finite number")
 
 
+# One decoder, not one per record (json.loads builds one whenever it is given options).
+_INPUT_JSON = json.JSONDecoder(parse_float=Decimal, parse_constant=_reject_constant)
+
+
 def parse_event(raw: bytes | None, max_bytes: int) -> Event | Rejection:
     """Parse and validate one input record's value."""
     if raw is None:
@@ -73,7 +77,7 @@ def parse_event(raw: bytes | None, max_bytes: int) -> Event | Rejection:
     except UnicodeDecodeError:
         return Rejection("malformed JSON: not UTF-8")
     try:
-        doc = json.loads(text, parse_float=Decimal, parse_constant=_reject_constant)
+        doc = _INPUT_JSON.decode(text)
     except _BadConstant as exc:
         return Rejection(str(exc))
     except (ValueError, RecursionError) as exc:

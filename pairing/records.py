@@ -60,8 +60,11 @@ def _encode(value: Any) -> str:
     raise TypeError(f"cannot encode {type(value).__name__}")
 
 
+_JSON = json.JSONDecoder(parse_float=Decimal)  # one, not one per record as json.loads builds
+
+
 def loads(data: bytes) -> Any:
-    return json.loads(data, parse_float=Decimal)
+    return _JSON.decode(data.decode())
 
 
 # --- the keyed event on the repartition topic ---------------------------------
