@@ -1,8 +1,19 @@
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from pairing.events import Event, Rejection, add_exact, fingerprint, parse_event
+from pairing.events import (
+    Event,
+    Rejection,
+    add_exact,
+    fingerprint,
+    format_time,
+    parse_event,
+    parse_timestamp,
+)
 
 MAX = 4096
 
@@ -39,6 +50,17 @@ def rejected(raw: bytes | None) -> str:
 def test_timestamps_normalise_to_one_utc_key(text: str, key: str) -> None:
     event = ok(b'{"type":"A","timestamp":"%s","value":1}' % text.encode())
     assert event.key == key
+
+
+@given(st.datetimes(timezones=st.just(UTC)), st.sampled_from(["Z", "", "+00:00"]), st.booleans())
+def test_a_utc_key_is_what_format_time_writes(moment: datetime, zone: str, space: bool) -> None:
+    date = f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}"
+    text = date + (" " if space else "T") + moment.strftime("%H:%M:%S")
+    if moment.microsecond:
+        text += moment.strftime(".%f")
+    parsed = parse_timestamp(text + zone)
+    assert not isinstance(parsed, Rejection)
+    assert parsed[0] == format_time(moment)
 
 
 def test_time_us_counts_from_epoch() -> None:
