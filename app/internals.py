@@ -176,14 +176,15 @@ def transaction_producer(transactional_id: str) -> tuple[Any, asyncio.Lock] | No
 
 def append_to_open_batch(
     producer: Any, topic: str, partition: int, key: bytes | None, value: bytes | None
-) -> asyncio.Future[Any] | None:
+) -> tuple[asyncio.Future[Any], asyncio.Future[Any]] | None:
     """Append a record to the aiokafka producer's open batch for its partition (the
     accumulator's `_batches`, `MessageBatch.append`) without an await: what
     `AIOKafkaProducer.send` ends in when that batch has room, less its per-record
-    metadata look-ups, checks and coroutine. The record's delivery; None when there is
-    no open batch, it is full, or the accumulator is closed or has failed: then it is
-    sent the usual way. A batch is opened by `send`, which also adds its partition to
-    the transaction."""
+    metadata look-ups, checks and coroutine. The record's delivery and the batch's
+    own (`MessageBatch.future`: the batch's records are delivered or fail together);
+    None when there is no open batch, it is full, or the accumulator is closed or has
+    failed: then it is sent the usual way. A batch is opened by `send`, which also adds
+    its partition to the transaction."""
     accumulator = producer._message_accumulator
     if accumulator._closed or accumulator._exception is not None:
         return None
@@ -192,8 +193,9 @@ def append_to_open_batch(
     batches = accumulator._batches.get((topic, partition))
     if not batches:
         return None
-    delivery: asyncio.Future[Any] | None = batches[-1].append(key, value, None)
-    return delivery
+    batch = batches[-1]
+    delivery: asyncio.Future[Any] | None = batch.append(key, value, None)
+    return None if delivery is None else (delivery, batch.future)
 
 
 def keyed_partitioner(producer: Any, topic: str) -> Callable[[bytes], int] | None:

@@ -632,10 +632,13 @@ async def test_a_record_appended_to_the_open_batch_follows_the_one_send_put_ther
     assert internals.append_to_open_batch(producer, "out", 2, b"k0", b"v0") is None  # none open
     accumulator = producer._message_accumulator
     first = await accumulator.add_message(tp, b"k1", b"v1", 5)  # what send ends in
-    second = internals.append_to_open_batch(producer, "out", 2, b"k2", b"v2")
-    assert second is not None and second is not first
+    appended = internals.append_to_open_batch(producer, "out", 2, b"k2", b"v2")
+    assert appended is not None
+    second, batch_delivery = appended
+    assert second is not first
     (batch,) = accumulator._batches[tp]
-    assert batch.record_count == 2
+    assert batch.record_count == 2 and batch_delivery is batch.future
     batch.done(base_offset=40)
     assert (first.result().offset, second.result().offset) == (40, 41)
+    assert batch_delivery.done()
     assert internals.append_to_open_batch(producer, "out", 3, b"k", b"v") is None

@@ -3,6 +3,7 @@ benchmark switch that turns transactions off, the app's plain producer."""
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any
 
@@ -62,3 +63,23 @@ async def test_with_transactions_a_missing_transaction_stops_the_step() -> None:
     with pytest.raises(DeliveryFailed, match="bench-app-events-2"):
         await send_in_transaction(app, TP("events", 2), RECORDS)
     assert queued(app.plain) == {}  # nothing went around the transaction
+
+
+async def test_a_failed_batch_crashes_the_worker() -> None:
+    app = fake_app(in_transaction=False)
+    crashes: list[BaseException] = []
+
+    async def crash(exc: BaseException) -> None:
+        crashes.append(exc)
+
+    app.crash = crash
+    app.add_future = asyncio.ensure_future
+    for topic, key, value, partition in RECORDS:  # batches open: every record is appended
+        await app.plain.send(topic, value, key=key, partition=partition)
+    await send_in_transaction(app, TP("events", 2), RECORDS)
+    for queue in app.plain._message_accumulator._batches.values():
+        for batch in queue:
+            batch.failure(RuntimeError("broker says no"))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert crashes and all("bench-app-events-2" in str(exc) for exc in crashes)
