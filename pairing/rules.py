@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from pairing.events import Event, EventType, Number, add_exact
@@ -67,6 +67,8 @@ class KeyState:
     """Everything remembered about one pairing key (one timestamp).
 
     At most one event is pending: a second one of the other type pairs with it.
+    The rules build each new state with all its fields, in this order:
+    `dataclasses.replace` took 20 us an event, a fifth of the rules' floor.
     """
 
     time_us: int
@@ -287,11 +289,33 @@ class PairingPartition:
             watermark is not None and watermark - event.time_us > self._config.expiry_us
         ):
             # Its window is closed: what was taken on time is final.
-            self._save(event.key, replace(base, seen=(*base.seen, event.identity)), state is None)
+            self._save(
+                event.key,
+                KeyState(
+                    base.time_us,
+                    (*base.seen, event.identity),
+                    base.pending,
+                    base.paired,
+                    base.closed,
+                    base.late,
+                ),
+                state is None,
+            )
             return [Unpaired(event.key, arriving, "late")]
         # Held until the window closes: an on-time copy may still be on its way
         # from another input partition, and would make this one a duplicate.
-        self._save(event.key, replace(base, late=(*base.late, arriving)), state is None)
+        self._save(
+            event.key,
+            KeyState(
+                base.time_us,
+                base.seen,
+                base.pending,
+                base.paired,
+                base.closed,
+                (*base.late, arriving),
+            ),
+            state is None,
+        )
         return []
 
     def _close(self, key: str, state: KeyState, *, early: bool) -> list[Outcome]:
@@ -306,7 +330,7 @@ class PairingPartition:
             else:
                 outcomes.append(Unpaired(key, late, "late"))
                 seen = (*seen, late.identity)
-        closed = replace(state, seen=seen, pending=None, late=(), closed=state.closed or early)
+        closed = KeyState(state.time_us, seen, None, state.paired, state.closed or early, ())
         self._store.put(key, closed)
         return outcomes
 
@@ -317,11 +341,15 @@ class PairingPartition:
         seen = (*base.seen, event.identity)
         partner = base.pending
         if partner is None:
-            self._save(event.key, replace(base, seen=seen, pending=arriving), state is None)
+            self._save(
+                event.key,
+                KeyState(base.time_us, seen, arriving, base.paired, base.closed, base.late),
+                state is None,
+            )
             self._pending_count += 1
             return None
         self._pending_count -= 1
-        self._store.put(event.key, replace(base, seen=seen, pending=None, paired=True))
+        self._store.put(event.key, KeyState(base.time_us, seen, None, True, base.closed, base.late))
         a, b = (arriving, partner) if event.type == "A" else (partner, arriving)
         return Paired(event.key, a, b)
 
@@ -329,7 +357,17 @@ class PairingPartition:
         self, event: Event, arriving: PendingEvent, state: KeyState, detail: str
     ) -> Conflict:
         # Remembered, so a redelivery of the conflicting event is a duplicate.
-        self._store.put(event.key, replace(state, seen=(*state.seen, event.identity)))
+        self._store.put(
+            event.key,
+            KeyState(
+                state.time_us,
+                (*state.seen, event.identity),
+                state.pending,
+                state.paired,
+                state.closed,
+                state.late,
+            ),
+        )
         return Conflict(event.key, arriving, detail)
 
     def _forget(self, watermark: int) -> None:
