@@ -51,6 +51,28 @@ def test_keyed_event_round_trips() -> None:
     assert keyed.progress_us == event.time_us + 5
 
 
+def test_keyed_event_written_with_the_value_as_a_number_still_reads_exactly() -> None:
+    raw = b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":0.10000000000000000001}'
+    event = parse_event(raw, 4096)
+    assert isinstance(event, Event)
+    before = dumps(
+        {
+            "type": event.type,
+            "key": event.key,
+            "time_us": event.time_us,
+            "value": event.value,
+            "id": event.id,
+            "identity": event.identity,
+            "raw": raw.decode(),
+            "source": [SOURCE.topic, SOURCE.partition, SOURCE.offset],
+            "progress": event.time_us,
+        }
+    )
+    keyed = decode_keyed_event(before)
+    assert keyed.event == event and keyed.event.value == Decimal("0.10000000000000000001")
+    assert decode_keyed_event(encode_keyed_event(event, raw, SOURCE, event.time_us)) == keyed
+
+
 def test_watermark_record_and_clock_round_trip() -> None:
     update = WatermarkUpdate(source=3, sources=8, progress_us=None, idle=True)
     assert decode_watermark(loads(encode_watermark(update))) == update
