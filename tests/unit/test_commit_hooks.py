@@ -80,6 +80,8 @@ async def test_caught_up_means_fetched_processed_and_committed(
     assert not await backlog.caught_up(app, tp)  # processed, not committed
     app.consumer._committed_offset[tp] = 10
     assert await backlog.caught_up(app, tp)
+    async with task.lock:  # a step under way: its records are in no transaction yet
+        assert not await backlog.caught_up(app, tp)
     position = 9  # more to fetch
     assert not await backlog.caught_up(app, tp)
 
