@@ -12,11 +12,21 @@ from app.settings import settings
 conf = settings()
 
 
+# Messages the agent of a topic read in runs (app/runs.py) may have waiting: about the
+# records of faust's default buffer (4096 messages), so that a backlog is not fetched
+# into memory ahead of the agent, 4096 runs of up to max_run_records each.
+RUNS_BUFFERED = max(2, 4096 // conf.max_run_records)
+
+
 def bytes_topic(
-    *names: str, internal: bool = False, partitions: int = conf.partitions
+    *names: str,
+    internal: bool = False,
+    partitions: int = conf.partitions,
+    buffered: int | None = None,
 ) -> faust.TopicT:
-    """A topic (or several, consumed together) of raw bytes; `internal`: faust creates it."""
-    return app.topic(
+    """A topic (or several, consumed together) of raw bytes; `internal`: faust creates it;
+    `buffered`: messages its agent may have waiting (faust's default if None)."""
+    topic = app.topic(
         *names,
         key_type=bytes,
         value_type=bytes,
@@ -26,12 +36,18 @@ def bytes_topic(
         replicas=conf.replication_factor,
         internal=internal,
     )
+    # app.topic takes a maxsize but does not hand it on to the topic (faust 0.15.3).
+    topic.maxsize = buffered
+    return topic
 
 
 # Internal: faust creates it before subscribing, so a worker started before its
 # input exists consumes it (a topic missing at subscription was ignored for good).
-events = bytes_topic(conf.events_topic, internal=True, partitions=conf.events_partitions)
-keyed_events = bytes_topic(conf.keyed_topic, internal=True)  # events re-keyed by timestamp
+events = bytes_topic(
+    conf.events_topic, internal=True, partitions=conf.events_partitions, buffered=RUNS_BUFFERED
+)
+# Events re-keyed by timestamp.
+keyed_events = bytes_topic(conf.keyed_topic, internal=True, buffered=RUNS_BUFFERED)
 pairs = bytes_topic(conf.pairs_topic)
 unpaired = bytes_topic(conf.unpaired_topic)
 dead_letters = bytes_topic(conf.dead_letter_topic)
