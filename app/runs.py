@@ -46,11 +46,6 @@ class Run:
         self.timestamp: int | None = last.timestamp
         self.value: Sequence[Any] = records
 
-    @property
-    def first_offset(self) -> int:
-        first: int = self.value[0].offset
-        return first
-
 
 def in_runs(
     fetched: Mapping[TP, list[Any]], topics: set[str], max_records: int

@@ -29,7 +29,7 @@ def test_a_fetch_is_cut_into_runs_of_the_topics_taken_in_runs_only() -> None:
     result = in_runs(fetched, {"events"}, max_records=2)
     runs = result[EVENTS]
     assert [[r.offset for r in run.value] for run in runs] == [[10, 11], [12, 13], [14]]
-    assert [(run.first_offset, run.offset, run.timestamp) for run in runs] == [
+    assert [(run.value[0].offset, run.offset, run.timestamp) for run in runs] == [
         (10, 11, 1011),
         (12, 13, 1013),
         (14, 14, 1014),
