@@ -12,9 +12,9 @@ from app.settings import settings
 conf = settings()
 
 
-# Messages the agent of a topic read in runs (app/runs.py) may have waiting: about the
-# records of faust's default buffer (4096 messages), so that a backlog is not fetched
-# into memory ahead of the agent, 4096 runs of up to max_run_records each.
+# Runs (app/runs.py) the agent of such a topic may have waiting: about as many records
+# as faust's default buffer of 4096 messages, where 4096 runs would hold a backlog of up
+# to 4096 x max_run_records records in memory ahead of the agent.
 RUNS_BUFFERED = max(2, 4096 // conf.max_run_records)
 
 

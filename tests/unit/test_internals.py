@@ -17,12 +17,11 @@ from unittest.mock import AsyncMock
 
 import faust
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer
 from aiokafka.consumer.fetcher import Fetcher, FetchResult
 from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance
 from aiokafka.errors import ProducerFenced
 from aiokafka.protocol.group import LeaveGroupRequest_v0
-from aiokafka.protocol.metadata import MetadataResponse_v0
 from aiokafka.structs import TopicPartition
 from faust.exceptions import ConsumerNotStarted
 from faust.transport.consumer import ThreadDelegateConsumer
@@ -42,6 +41,7 @@ from app.settings import settings
 from app.worker import PairstreamWorker
 from tables.pairing_state import table
 from tests.unit.conftest import FakeTransactionalProducer, Transactions
+from tests.unit.unstarted_producer import producer_knowing
 
 OURS: list[type] = [
     ConcurrentTransactionManager,
@@ -603,20 +603,8 @@ async def test_a_fetch_returns_only_partitions_active_when_it_was_asked_for() ->
     assert [tp.partition for tp in returned] == [0] and standby.position == 0
 
 
-def producer_knowing(topic: str, partitions: int) -> AIOKafkaProducer:
-    """An aiokafka producer (never started) whose metadata has `topic`."""
-    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1")
-    producer.client.cluster.update_metadata(
-        MetadataResponse_v0(
-            brokers=[(0, "127.0.0.1", 1)],
-            topics=[(0, topic, [(0, p, 0, [0], [0]) for p in range(partitions)])],
-        )
-    )
-    return producer
-
-
 async def test_keyed_partitioner_chooses_as_aiokafka_s_send_does() -> None:
-    producer = producer_knowing("out", 5)
+    producer = producer_knowing({"out": 5})
     choose = internals.keyed_partitioner(producer, "out")
     assert choose is not None
     keys = [b"2024-02-09 21:00:%02d" % s for s in range(60)]
@@ -627,7 +615,7 @@ async def test_keyed_partitioner_chooses_as_aiokafka_s_send_does() -> None:
 
 
 async def test_a_record_appended_to_the_open_batch_follows_the_one_send_put_there() -> None:
-    producer = producer_knowing("out", 5)
+    producer = producer_knowing({"out": 5})
     tp = TopicPartition("out", 2)
     assert internals.append_to_open_batch(producer, "out", 2, b"k0", b"v0") is None  # none open
     accumulator = producer._message_accumulator

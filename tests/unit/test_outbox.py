@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.protocol.metadata import MetadataResponse_v0
 from aiokafka.structs import TopicPartition
 from faust.types import TP
 
 from app.outbox import DeliveryFailed, Record, send_in_transaction
+from tests.unit.unstarted_producer import producer_knowing
 
 RECORDS: list[Record] = [
     ("pairs", b"k", b"v", None),
@@ -22,18 +22,8 @@ RECORDS: list[Record] = [
 ]
 
 
-def plain_producer() -> AIOKafkaProducer:
-    """faust's plain aiokafka producer (never started), knowing the topics."""
-    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1")
-    topics = [(0, topic, [(0, p, 0, [0], [0]) for p in range(4)]) for topic in ("pairs", "keyed")]
-    producer.client.cluster.update_metadata(
-        MetadataResponse_v0(brokers=[(0, "127.0.0.1", 1)], topics=topics)
-    )
-    return producer
-
-
 def fake_app(in_transaction: bool) -> Any:
-    plain = plain_producer()
+    plain = producer_knowing({"pairs": 4, "keyed": 4})  # faust's plain producer
     return SimpleNamespace(
         in_transaction=in_transaction,
         producer=SimpleNamespace(_ensure_producer=lambda: plain),
