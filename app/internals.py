@@ -16,6 +16,7 @@ import faust
 import rocksdict
 from aiokafka import AIOKafkaConsumer, errors
 from aiokafka.client import AIOKafkaClient, CoordinationType
+from aiokafka.protocol.commit import OffsetFetchRequest
 from aiokafka.protocol.group import LeaveGroupRequest
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import TransactionManager
@@ -159,6 +160,31 @@ def set_fetch_max_wait(consumer: AIOKafkaConsumer, seconds: float) -> None:
     """How long the broker may hold a fetch of quiet partitions; read when the consumer
     starts (faust passes a fixed 1.5 s and has no setting for it)."""
     consumer._fetch_max_wait_ms = int(seconds * 1000)
+
+
+def check_offset_fetch_errors(consumer: AIOKafkaConsumer) -> None:
+    """Make the group-level error of an offset look-up count (`AIOKafkaConsumer._client`'s
+    `send`, which its group coordinator's look-ups go through).
+
+    From version 2 on, the broker answers a look-up it cannot serve yet (the group's
+    coordinator still loading after a restart, or moved) with one error for the whole
+    request and no partitions. aiokafka reads only the partitions' errors, so it took
+    that answer for "nothing committed": faust then sought the partitions to their
+    start, and after a broker bounce ingest processed most of its input again
+    (docs/exactly-once.md, point 22). Raised, the error is retried as aiokafka retries
+    the same error given per partition, after finding the coordinator again."""
+    client = consumer._client
+    send = client.send
+
+    async def send_checked(node_id: int, request: Any, **kwargs: Any) -> Any:
+        response = await send(node_id, request, **kwargs)
+        if isinstance(request, OffsetFetchRequest):
+            code = getattr(response, "error_code", 0)
+            if code:
+                raise errors.for_code(code)()
+        return response
+
+    client.send = send_checked
 
 
 def is_changelog(consumer: Any, tp: TP) -> bool:

@@ -19,8 +19,10 @@ import faust
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.consumer.fetcher import Fetcher, FetchResult
-from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance
+from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance, GroupCoordinator
+from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.errors import ProducerFenced
+from aiokafka.protocol.commit import OffsetFetchResponse_v3
 from aiokafka.protocol.group import LeaveGroupRequest_v0
 from aiokafka.structs import TopicPartition
 from faust.exceptions import ConsumerNotStarted
@@ -137,6 +139,49 @@ async def test_the_worker_s_consumer_fetches_with_our_max_wait() -> None:
     assert consumer._fetch_max_wait_ms == ours
     # aiokafka reads it when it starts, into the fetcher that builds each fetch request
     assert "fetch_max_wait_ms=self._fetch_max_wait_ms" in inspect.getsource(AIOKafkaConsumer.start)
+
+
+class CoordinatorConnection:
+    """A connection to the group's coordinator that answers offset look-ups in turn."""
+
+    def __init__(self, answers: list[OffsetFetchResponse_v3]) -> None:
+        self.answers = answers
+        self.asked = 0
+
+    def send(self, request: Any, expect_response: bool = True) -> asyncio.Future[Any]:
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        answer.set_result(self.answers[self.asked])
+        self.asked += 1
+        return answer
+
+
+@pytest.mark.parametrize("code", [14, 15, 16])  # loading, not available, not coordinator
+async def test_a_look_up_the_coordinator_cannot_serve_yet_is_retried(code: int) -> None:
+    """aiokafka's look-up of committed offsets, through the worker's consumer's client.
+    The broker answers a look-up its coordinator cannot serve yet with a group-level
+    error and no partitions; without the check, aiokafka returns "nothing committed"
+    from the first answer, and faust seeks to the start (after a broker bounce)."""
+    thread: Any = app.consumer._new_consumer_thread()
+    consumer = thread._create_worker_consumer(app.transport)
+    client = consumer._client
+    tp = TopicPartition("events", 3)
+    connection = CoordinatorConnection(
+        [
+            OffsetFetchResponse_v3(0, [], code),
+            OffsetFetchResponse_v3(0, [("events", [(3, 5186, "", 0)])], 0),
+        ]
+    )
+    client._get_conn = AsyncMock(return_value=connection)
+    client._conns = defaultdict(lambda: connection)
+    client.coordinator_lookup = AsyncMock(return_value=0)
+    coordinator = GroupCoordinator(client, SubscriptionState(), group_id="g", retry_backoff_ms=1)
+    coordinator._coordination_task.cancel()  # no join: only the look-up is under test
+    coordinator.coordinator_id = 0
+
+    committed = await coordinator.fetch_committed_offsets([tp])
+
+    assert {tp: c.offset for tp, c in committed.items()} == {tp: 5186}
+    assert connection.asked == 2
 
 
 async def test_the_transactional_producers_of_an_assignment_start_together(
