@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import faust
+from faust.tables import TableManager
 from mode import ServiceT
 
 from app.consumer import ExactlyOnceTransport
@@ -42,6 +43,16 @@ class PairstreamApp(faust.App):
             # work on the hot path, for figures /stats and /metrics have of their own.
             self.sensors.remove(self.monitor)
         return dependencies
+
+
+class PairstreamTableManager(TableManager):
+    async def on_start(self) -> None:
+        # faust's waits a second first, for tables that agents create as they start;
+        # ours are all declared when the app is imported. That second was a fifth of
+        # the time from a worker's start to its first output.
+        if not self.should_stop:
+            await self._update_channels()
+            await self.recovery.start()
 
 
 def create_app() -> PairstreamApp:
@@ -84,6 +95,7 @@ def create_app() -> PairstreamApp:
         web_router_enabled=conf.debug,
         autodiscover=False,
         Worker=PairstreamWorker,
+        TableManager=PairstreamTableManager,
     )
 
 

@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaConsumer, errors
 from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.protocol.commit import OffsetFetchRequest
 from aiokafka.protocol.group import LeaveGroupRequest
+from faust.tables import TableManager
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -63,6 +64,7 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
         "on_init_dependencies": ("self",),
     },
     faust.Worker: {"on_setup_root_logger": ("self", "logger", "level")},
+    TableManager: {"on_start": ("self",)},
 }
 
 
