@@ -10,6 +10,7 @@ import faust
 from faust.tables import TableManager
 from mode import ServiceT
 
+from app import internals
 from app.consumer import ExactlyOnceTransport
 from app.partition_tasks import PartitionTasks
 from app.settings import settings
@@ -51,7 +52,7 @@ class PairstreamTableManager(TableManager):
         # ours are all declared when the app is imported. That second was a fifth of
         # the time from a worker's start to its first output.
         if not self.should_stop:
-            await self._update_channels()
+            await internals.take_tables_on(self)
             await self.recovery.start()
 
 

@@ -189,6 +189,13 @@ def check_offset_fetch_errors(consumer: AIOKafkaConsumer) -> None:
     client.send = send_checked
 
 
+async def take_tables_on(manager: TableManager) -> None:
+    """What faust's table manager does first when it starts (`_update_channels`): the
+    tables' changelogs added to the subscription, each table started, the changelog
+    partitions paused until recovery."""
+    await manager._update_channels()
+
+
 def is_changelog(consumer: Any, tp: TP) -> bool:
     return bool(consumer._is_changelog_tp(tp))
 
