@@ -22,6 +22,7 @@ from pairing.records import (
     Source,
     conflict_record,
     dead_letter_record,
+    decode_key_times,
     decode_keyed_event,
     decode_state,
     encode_keyed_event,
@@ -30,7 +31,7 @@ from pairing.records import (
     unpaired_record,
 )
 from pairing.routing import partition_for
-from pairing.rules import Conflict, KeyState, Paired, PairingPartition, Unpaired
+from pairing.rules import Conflict, KeyState, KeyTimes, Paired, PairingPartition, Unpaired
 from pairing.watermarks import EventClock, SourceProgress
 from tools.generate import Record
 
@@ -70,9 +71,9 @@ class RocksKeyStore:
     def delete(self, key: str) -> None:
         del self._db[key.encode()]
 
-    def items(self) -> Iterator[tuple[str, KeyState]]:
+    def times(self) -> Iterator[KeyTimes]:
         for raw_key, raw_value in self._db.items():  # raw mode: both are bytes
-            yield cast(bytes, raw_key).decode(), decode_state(cast(bytes, raw_value))
+            yield decode_key_times(cast(bytes, raw_key).decode(), cast(bytes, raw_value))
 
     def close(self) -> None:
         self._db.close()

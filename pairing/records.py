@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from pairing.events import Event, parse_number
-from pairing.rules import Conflict, KeyState, Paired, PendingEvent, Unpaired
+from pairing.rules import Conflict, KeyState, KeyTimes, Paired, PendingEvent, Unpaired
 from pairing.watermarks import EventClock, SourceMark, WatermarkUpdate
 
 
@@ -182,6 +182,18 @@ def decode_state(data: bytes) -> KeyState:
         paired=doc["paired"],
         closed=doc["closed"],
         late=tuple(_decode_pending(late) for late in doc["late"]),
+    )
+
+
+def decode_key_times(key: str, data: bytes) -> KeyTimes:
+    """`key_times` of a stored state, without building the state."""
+    doc = orjson.loads(data)
+    pending = doc["pending"]
+    return (
+        key,
+        doc["t"],
+        None if pending is None else pending[3],
+        [late[3] for late in doc["late"]],
     )
 
 

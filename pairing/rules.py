@@ -116,13 +116,32 @@ class Duplicate:
 Outcome = Paired | Unpaired | Conflict | Duplicate
 
 
+KeyTimes = tuple[str, int, float | None, list[float]]
+"""What the indexes need of one stored key: the key, its time, when its pending event
+started waiting (None: nothing pending), and when each of its held late events did. A
+rebuild reads these, not whole states: building a million `KeyState`s was three
+quarters of a restart's rebuild (docs/BENCHMARKS.md)."""
+
+
+def key_times(key: str, state: KeyState) -> KeyTimes:
+    pending = state.pending
+    return (
+        key,
+        state.time_us,
+        None if pending is None else pending.waiting_since,
+        [late.waiting_since for late in state.late],
+    )
+
+
 class KeyStore(Protocol):
     """Where a partition's key states live."""
 
     def get(self, key: str) -> KeyState | None: ...
     def put(self, key: str, state: KeyState) -> None: ...
     def delete(self, key: str) -> None: ...
-    def items(self) -> Iterable[tuple[str, KeyState]]: ...
+    def times(self) -> Iterable[KeyTimes]:
+        """`key_times` of every stored key, in any order."""
+        ...
 
 
 @dataclass
@@ -177,12 +196,28 @@ class PairingPartition:
     def load(
         cls, store: KeyStore, config: PairingConfig, clock: EventClock, now: float
     ) -> PairingPartition:
-        """Rebuild the engine over existing state (after a restart or rebalance)."""
+        """Rebuild the engine over existing state (after a restart or rebalance): the
+        same heaps as `_Indexes.track` builds one key at a time, heapified at once."""
         engine = cls(store, config, clock, now)
-        for key, state in store.items():
-            engine._indexes.track(key, state)
-            heapq.heappush(engine._indexes.all_by_time, (state.time_us, key))
-            engine._pending_count += state.pending is not None
+        indexes = engine._indexes
+        all_by_time = indexes.all_by_time
+        open_by_time = indexes.open_by_time
+        by_waiting_since = indexes.by_waiting_since
+        pending_count = 0
+        for key, time_us, pending_since, late_since in store.times():
+            entry = (time_us, key)
+            all_by_time.append(entry)
+            if pending_since is not None:
+                pending_count += 1
+                open_by_time.append(entry)
+                by_waiting_since.append((pending_since, key))
+            for since in late_since:
+                open_by_time.append(entry)
+                by_waiting_since.append((since, key))
+        heapq.heapify(all_by_time)
+        heapq.heapify(open_by_time)
+        heapq.heapify(by_waiting_since)
+        engine._pending_count = pending_count
         return engine
 
     @property

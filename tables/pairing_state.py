@@ -14,8 +14,15 @@ from collections.abc import Iterator
 
 from app.partition_tasks import PartitionTask
 from app.settings import settings
-from pairing.records import CLOCK_KEY, decode_clock, decode_state, encode_clock, encode_state
-from pairing.rules import KeyState
+from pairing.records import (
+    CLOCK_KEY,
+    decode_clock,
+    decode_key_times,
+    decode_state,
+    encode_clock,
+    encode_state,
+)
+from pairing.rules import KeyState, KeyTimes
 from pairing.watermarks import EventClock
 from tables import TableWriter, bytes_table
 
@@ -47,10 +54,10 @@ class PartitionState:
     def delete(self, key: str) -> None:
         self._table.delete(key.encode())
 
-    def items(self) -> Iterator[tuple[str, KeyState]]:
+    def times(self) -> Iterator[KeyTimes]:
         for raw_key, raw_value in self._table.items():
             if raw_key != CLOCK_KEY:
-                yield raw_key.decode(), decode_state(raw_value)
+                yield decode_key_times(raw_key.decode(), raw_value)
 
     def clock(self) -> EventClock:
         return decode_clock(self._table.get(CLOCK_KEY))

@@ -1,6 +1,6 @@
 from collections.abc import Iterator
 
-from pairing.rules import KeyState
+from pairing.rules import KeyState, KeyTimes, key_times
 
 
 class MemoryStore:
@@ -18,5 +18,5 @@ class MemoryStore:
     def delete(self, key: str) -> None:
         del self.data[key]
 
-    def items(self) -> Iterator[tuple[str, KeyState]]:
-        return iter(list(self.data.items()))
+    def times(self) -> Iterator[KeyTimes]:
+        return iter([key_times(key, state) for key, state in self.data.items()])

@@ -7,6 +7,7 @@ from pairing.records import (
     Source,
     dead_letter_record,
     decode_clock,
+    decode_key_times,
     decode_keyed_event,
     decode_state,
     decode_watermark,
@@ -18,7 +19,7 @@ from pairing.records import (
     loads,
     pair_record,
 )
-from pairing.rules import KeyState, Paired, PendingEvent
+from pairing.rules import KeyState, Paired, PendingEvent, key_times
 from pairing.watermarks import EventClock, WatermarkUpdate
 
 SOURCE = Source("events", 0, 42)
@@ -96,6 +97,20 @@ def test_state_round_trips_with_exact_values() -> None:
     assert decode_state(encode_state(settled)) == settled
 
 
+def test_key_times_read_from_a_stored_state_are_those_of_the_state() -> None:
+    waiting = KeyState(
+        time_us=7,
+        seen=("a",),
+        pending=PendingEvent("A", Decimal("1.10"), "a", 123.5),
+        late=(PendingEvent("B", 3, "b", 124.0), PendingEvent("A", 4, "c", 125.25)),
+    )
+    settled = KeyState(time_us=-9, seen=("a", "b"), paired=True)
+    for state in (waiting, settled):
+        assert decode_key_times("k", encode_state(state)) == key_times("k", state)
+    assert key_times("k", waiting) == ("k", 7, 123.5, [124.0, 125.25])
+    assert key_times("k", settled) == ("k", -9, None, [])
+
+
 def test_state_written_before_orjson_still_reads() -> None:
     # Changelogs and local stores written by the json-module encoder (spaces after
     # nothing, the same fields) must restore as they were.
@@ -109,6 +124,7 @@ def test_state_written_before_orjson_still_reads() -> None:
         pending=PendingEvent("A", Decimal("1.10"), "a", 123.5),
         late=(PendingEvent("B", 3, "b", 1e16),),
     )
+    assert decode_key_times("k", written) == ("k", -1_700_000_000_000_000, 123.5, [1e16])
 
 
 def test_pair_record_has_exact_sum_and_both_identities() -> None:
