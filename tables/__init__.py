@@ -9,6 +9,7 @@ from typing import Any
 
 from app.faust_app import app
 from app.partition_tasks import PartitionTask
+from app.settings import settings
 
 
 def bytes_table(name: str, partitions: int) -> Any:
@@ -17,7 +18,10 @@ def bytes_table(name: str, partitions: int) -> Any:
         partitions=partitions,
         key_type=bytes,
         value_type=bytes,
-        options={"driver": "rocksdict"},
+        options={
+            "driver": "rocksdict",
+            "write_buffer_size": settings().rocksdb_write_buffer_bytes,
+        },
     )
 
 
