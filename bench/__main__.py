@@ -33,6 +33,7 @@ async def measure(
     loads: list[float],
     level_seconds: float,
     pending: list[int],
+    transaction_pairs: int,
     timeout: float,
     profile_to: Path | None,
 ) -> Results:
@@ -50,10 +51,15 @@ async def measure(
     results.latency = await run_latency(
         bootstrap, at_max.commit_interval, rate, loads, level_seconds
     )
-    print(f"pairstream without transactions, commit interval {at_max.commit_interval:g} s ...")
-    results.without_transactions = await run_worker(
-        bootstrap, records, at_max.commit_interval, timeout, transactions=False
-    )
+    for n in range(1, transaction_pairs + 1):
+        print(
+            f"with and without transactions, pair {n}, commit interval {at_max.commit_interval:g} s"
+        )
+        with_ = await run_worker(bootstrap, records, at_max.commit_interval, timeout)
+        without = await run_worker(
+            bootstrap, records, at_max.commit_interval, timeout, transactions=False
+        )
+        results.transaction_pairs.append((with_, without))
     if profile_to is not None:
         print(f"pairstream under py-spy, commit interval {at_max.commit_interval:g} s ...")
         results.profiled = await run_worker(
@@ -110,7 +116,15 @@ def main(argv: list[str] | None = None) -> None:
     timeout = 120 if args.smoke else 3600
     results = asyncio.run(
         measure(
-            args.bootstrap, events, intervals, loads, level_seconds, pending, timeout, args.profile
+            args.bootstrap,
+            events,
+            intervals,
+            loads,
+            level_seconds,
+            pending,
+            1 if args.smoke else 3,
+            timeout,
+            args.profile,
         )
     )
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])

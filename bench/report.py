@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import statistics
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import version
@@ -47,7 +48,8 @@ class Results:
     latency: list[LatencyResult] = field(default_factory=list)
     level_seconds: float = 0.0  # how long each latency level ran
     profiled: PairstreamResult | None = None  # one more run, under py-spy
-    without_transactions: PairstreamResult | None = None  # the longest interval, at-least-once
+    # Runs with and without transactions at the longest interval, alternating.
+    transaction_pairs: list[tuple[PairstreamResult, PairstreamResult]] = field(default_factory=list)
     rules_only: RulesOnlyResult | None = None  # the same workload, no Kafka, no faust
 
 
@@ -88,16 +90,29 @@ def profile_section(run: PairstreamResult, found: profile.Profile) -> list[str]:
     return lines
 
 
-def transactions_section(with_: PairstreamResult, without: PairstreamResult) -> list[str]:
+def transactions_section(pairs: list[tuple[PairstreamResult, PairstreamResult]]) -> list[str]:
+    interval = pairs[0][0].commit_interval
+    rows = [
+        [str(n), f"{with_.steady_rate:,.0f}", f"{with_.cpu_seconds:.1f}",
+         f"{without.steady_rate:,.0f}", f"{without.cpu_seconds:.1f}",
+         f"{with_.steady_rate / without.steady_rate:.2f}x"]
+        for n, (with_, without) in enumerate(pairs, 1)
+    ]  # fmt: skip
+    with_median = statistics.median(with_.steady_rate for with_, _ in pairs)
+    without_median = statistics.median(without.steady_rate for _, without in pairs)
+    rows.append(
+        ["median", f"{with_median:,.0f}", "", f"{without_median:,.0f}", "",
+         f"{with_median / without_median:.2f}x"]
+    )  # fmt: skip
     return section(
         "What transactions cost on this path",
-        f"The same worker at the same commit interval ({with_.commit_interval:g} s) once more"
-        " with `PAIRSTREAM_BENCH_WITHOUT_TRANSACTIONS=true`: the same steps and sends through"
-        " faust's plain producer, flushed before each offset commit (at-least-once).",
-        ["transactions", "steady events/s", "worker CPU (s)", "with / without"],
-        [["yes", f"{with_.steady_rate:,.0f}", f"{with_.cpu_seconds:.1f}",
-          f"{with_.steady_rate / without.steady_rate:.2f}x"],
-         ["no", f"{without.steady_rate:,.0f}", f"{without.cpu_seconds:.1f}", ""]],
+        f"The same worker at the same commit interval ({interval:g} s), with transactions and"
+        " with `PAIRSTREAM_BENCH_WITHOUT_TRANSACTIONS=true` (the same steps and sends through"
+        " faust's plain producer, flushed before each offset commit: at-least-once), in turn:"
+        f" {len(pairs)} pair(s) of runs, since two single runs differ by more than the cost.",
+        ["pair of runs", "with: events/s", "with: CPU (s)", "without: events/s",
+         "without: CPU (s)", "with / without"],
+        rows,
     )  # fmt: skip
 
 
@@ -138,8 +153,8 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
         [[f"{r.commit_interval:g}", f"{r.steady_rate:,.0f}", f"{r.seconds:.1f}",
           seconds(r.first_through), f"{r.cpu_seconds:.1f}"] for r in results.pairstream],
     )  # fmt: skip
-    if results.without_transactions is not None:
-        lines += transactions_section(results.pairstream[-1], results.without_transactions)
+    if results.transaction_pairs:
+        lines += transactions_section(results.transaction_pairs)
     if results.profiled is not None and results.profiled.profile is not None:
         lines += profile_section(results.profiled, results.profiled.profile)
     lines += section(
