@@ -113,7 +113,9 @@ async def ingest(stream: Any) -> None:
             stored = source.progress_us
             for record in records:
                 raw: bytes | None = record.value
-                record_source = Source(record.topic, record.partition, record.offset)
+                record_source = Source(
+                    record.topic, record.partition, record.offset, record.timestamp
+                )
                 outbox.count("events_in")
                 parsed = parse_event(raw, conf.max_event_bytes)
                 if isinstance(parsed, Rejection):

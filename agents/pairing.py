@@ -38,6 +38,9 @@ from pairing.rules import (
 from tables.pairing_state import PartitionState
 
 conf = settings()
+# A commit is asked for this long after an input was sent, so that it has ended (the
+# commit loop wakes at least every handoff interval) by one commit interval after.
+commit_lead = conf.commit_interval_seconds - conf.handoff_interval_seconds
 
 
 class KeyedPartition:
@@ -77,6 +80,11 @@ async def pair(stream: Any) -> None:
             engine = keyed_partition.engine
             # When the run's pairs were made: one clock read and format per run.
             paired_at = format_time(datetime.now(UTC))
+            # A run's outputs should be visible within a commit interval of its
+            # earliest input: by the input records' timestamps (when they were sent),
+            # and never later than by ingest's writing the run's first record.
+            earliest_ms = records[0].timestamp
+            produced = False
             for record in records:
                 # Max wait's clock: when ingest (or the tick timer) wrote the record. On
                 # the wall clock a pairing stage that falls behind took its own lag for
@@ -96,8 +104,15 @@ async def pair(stream: Any) -> None:
                 else:
                     outbox.count("events_in")
                     keyed = decode_keyed_event(value)
+                    sent = keyed.source.timestamp_ms
+                    if sent is not None and 0 <= sent < earliest_ms:
+                        earliest_ms = sent
                     outcomes = engine.process(keyed.event, keyed.progress_us, now)
-                publish(outcomes, keyed, outbox, paired_at)
+                if outcomes:
+                    produced = True
+                    publish(outcomes, keyed, outbox, paired_at)
+            if produced:
+                task.due_by(earliest_ms / 1000 + commit_lead)
 
 
 def publish(

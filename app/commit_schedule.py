@@ -8,6 +8,12 @@ In between, the partitions whose records another stage of the worker reads (inge
 re-keyed events, read_committed by pairing) commit every handoff interval, so that a
 pair waits for about one commit interval, not two. A commit that overruns skips the
 times it missed.
+
+On the clock alone, a pair made just after a commit waited a whole interval for the
+next. So pairing also says by when its outputs should be visible (a commit interval
+after the earliest input behind them, by the input records' timestamps), and a commit
+of everything comes then if that is sooner than the clock: at 50% load, p99 from send
+to visible went from 1.41-1.50 s to 1.03-1.07 s at 1 s commits (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import math
 
 
 class CommitSchedule:
-    __slots__ = ("handoff", "interval", "next_everything", "start")
+    __slots__ = ("handoff", "interval", "last_everything", "next_everything", "start")
 
     def __init__(self, start: float, interval: float, handoff: float) -> None:
         self.start = start  # monotonic clock
@@ -25,19 +31,32 @@ class CommitSchedule:
         # not come more often.
         self.handoff = handoff if handoff < interval else None
         self.next_everything = start + interval
+        self.last_everything = start
 
-    def next_after(self, now: float) -> tuple[float, bool]:
+    def next_after(self, now: float, due: float | None = None) -> tuple[float, bool]:
         """The next commit after `now`: when, and whether every partition commits then
         (or only the handing-off ones). A commit of everything that came due while
-        another ran is at once; handoff commits missed are skipped."""
+        another ran is at once; handoff commits missed are skipped. `due`: when a
+        partition's transaction should commit for its outputs to be visible within an
+        interval of their inputs; it brings a commit of everything forward, to no less
+        than half an interval after the one before. Unless it is overdue by half an
+        interval or more: then the inputs were read late (a backlog, a restart), and
+        committing sooner would not make their outputs timely, only the catch-up
+        slower."""
         everything_at = self.next_everything
+        early = due is not None and now - self.interval / 2 < due < everything_at
+        if early:
+            assert due is not None
+            everything_at = max(due, self.last_everything + self.interval / 2)
         if self.handoff is not None:
             handoff_at = self._after(now, self.handoff)
             # One that would come just before a commit of everything is left to it.
             if handoff_at < everything_at - self.handoff / 2:
                 return handoff_at, False
-        self.next_everything = self._after(max(now, everything_at), self.interval)
-        return max(now, everything_at), True
+        at = max(now, everything_at)
+        self.last_everything = at
+        self.next_everything = at + self.interval if early else self._after(at, self.interval)
+        return at, True
 
     def _after(self, now: float, every: float) -> float:
         return self.start + (math.floor((now - self.start) / every) + 1) * every

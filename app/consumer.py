@@ -150,6 +150,10 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
             before = {tp: internals.committed_offset(self, tp) for tp in tps}
             result: bool = await super()._commit_tps(tps, start_new_transaction)
             if result:
+                for tp in tps:
+                    task = self.tasks.get(tp)
+                    if task is not None:
+                        task.commit_due = None
                 moved = [tp for tp in tps if internals.committed_offset(self, tp) != before[tp]]
                 self.tasks.local_state.committed(set(moved))
                 self.tasks.stats.committed(moved, time.time())
@@ -167,7 +171,11 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
             time.monotonic(), self.commit_interval, settings().handoff_interval_seconds
         )
         while not self.should_stop:
-            at, everything = schedule.next_after(time.monotonic())
+            now = time.monotonic()
+            due = self.tasks.earliest_commit_due()
+            if due is not None:
+                due += now - time.time()  # wall clock -> monotonic
+            at, everything = schedule.next_after(now, due)
             await self.sleep(at - time.monotonic())
             if self.should_stop:
                 break

@@ -30,7 +30,7 @@ MARKER_SLACK = 16
 
 
 class PartitionTask:
-    __slots__ = ("_processor", "lock", "offsets", "outbox", "tp", "writes")
+    __slots__ = ("_processor", "commit_due", "lock", "offsets", "outbox", "tp", "writes")
 
     def __init__(self, tp: TP, local_state: LocalState) -> None:
         self.tp = tp
@@ -43,6 +43,14 @@ class PartitionTask:
         # steps going.
         self.lock = asyncio.Lock()
         self._processor: object | None = None
+        # Wall clock by which the open transaction should commit, so that what it
+        # carries is visible within a commit interval of its input (None: no such wish).
+        self.commit_due: float | None = None
+
+    def due_by(self, at: float) -> None:
+        due = self.commit_due
+        if due is None or at < due:
+            self.commit_due = at
 
     def processor(self, kind: type[P], create: Callable[[PartitionTask], P]) -> P:
         """The agent's processor of this partition, created on first use."""
@@ -125,6 +133,10 @@ class PartitionTasks:
         for task in self:
             async with task.lock:
                 pass
+
+    def earliest_commit_due(self) -> float | None:
+        dues = [task.commit_due for task in self._by_tp.values() if task.commit_due is not None]
+        return min(dues) if dues else None
 
     def handoff_due(self, pending: Callable[[TP], int], backlog: int) -> bool:
         """Whether the handing-off partitions should commit now: a partition they feed

@@ -24,11 +24,14 @@ from pairing.watermarks import EventClock, SourceMark, WatermarkUpdate
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """Where an input record came from."""
+    """Where an input record came from, and its Kafka timestamp (when its producer
+    sent it, or the broker appended it): None when it had none, or was handed over
+    before the timestamp was carried."""
 
     topic: str
     partition: int
     offset: int
+    timestamp_ms: int | None = None
 
 
 def dumps(record: Mapping[str, Any]) -> bytes:
@@ -83,7 +86,7 @@ def encode_keyed_event(event: Event, raw: bytes, source: Source, progress_us: in
             "id": event.id,
             "identity": event.identity,
             "raw": raw.decode(),
-            "source": [source.topic, source.partition, source.offset],
+            "source": [source.topic, source.partition, source.offset, source.timestamp_ms],
             "progress": progress_us,
         }
     )

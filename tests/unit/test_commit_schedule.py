@@ -55,3 +55,35 @@ def test_a_commit_of_everything_due_during_a_handoff_commit_goes_at_once() -> No
     assert schedule.next_after(1.01) == (1.01, True)
     assert schedule.next_after(1.03) == pytest.approx((1.04, False))
     assert schedule.next_after(1.99) == (2.0, True)
+
+
+def test_a_due_output_brings_the_commit_of_everything_forward() -> None:
+    schedule = CommitSchedule(start=0.0, interval=1.0, handoff=0.25)
+    assert schedule.next_after(0.0, due=0.6) == (0.25, False)
+    assert schedule.next_after(0.25, due=0.6) == (0.6, True)
+    # Counted from the early commit: the clock's 1.0 would be a second commit at once.
+    assert schedule.next_after(0.6) == (0.75, False)
+    assert schedule.next_after(0.75) == pytest.approx((1.0, False))
+    assert schedule.next_after(1.0) == pytest.approx((1.25, False))
+    assert schedule.next_after(1.5) == pytest.approx((1.6, True))
+
+
+def test_a_due_output_commits_no_sooner_than_half_an_interval_after_the_last() -> None:
+    schedule = CommitSchedule(start=0.0, interval=1.0, handoff=5.0)  # no handoffs
+    assert schedule.next_after(0.0) == (1.0, True)
+    assert schedule.next_after(1.01, due=1.2) == (1.5, True)
+    assert schedule.next_after(1.51, due=1.6) == (2.0, True)
+
+
+def test_outputs_overdue_by_half_an_interval_keep_the_clock() -> None:
+    # A backlog: every run's inputs were sent long ago.
+    schedule = CommitSchedule(start=0.0, interval=1.0, handoff=5.0)
+    commits = []
+    now = 0.0
+    for _ in range(3):
+        at, everything = schedule.next_after(now, due=now - 0.5)
+        commits.append((at, everything))
+        now = at + 0.01
+    assert commits == [(1.0, True), (2.0, True), (3.0, True)]
+    # Late by less than that, it goes at once.
+    assert schedule.next_after(3.6, due=3.2) == (3.6, True)

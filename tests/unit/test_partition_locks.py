@@ -129,3 +129,23 @@ async def test_a_step_s_body_runs_only_between_commits(
         assert ran == []
     await asyncio.wait_for(started, timeout=5)
     assert ran == [5] and steps.acked == [(INGEST, 5)]
+
+
+async def test_a_commit_clears_the_commit_wishes_of_the_partitions_it_committed(
+    own_tasks: PartitionTasks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def faust_commit(_: Any, tps: Any, start_new_transaction: bool) -> bool:
+        return True
+
+    monkeypatch.setattr(faust_aiokafka.Consumer, "_commit_tps", faust_commit)
+    own_tasks.assigned({INGEST, KEYED})
+    ingest, keyed = own_tasks.get(INGEST), own_tasks.get(KEYED)
+    assert ingest is not None and keyed is not None
+    assert own_tasks.earliest_commit_due() is None
+    keyed.due_by(10.0)
+    keyed.due_by(12.0)  # a later wish does not postpone an earlier one
+    ingest.due_by(11.0)
+    assert own_tasks.earliest_commit_due() == 10.0
+    await app.consumer._commit_tps([KEYED], True)
+    assert keyed.commit_due is None
+    assert own_tasks.earliest_commit_due() == 11.0
