@@ -17,13 +17,13 @@ then RocksDB.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from faust.types import TP
 
 from app import internals
+from app.outbox import Delivery, delivered_offset
 
 Value = bytes | None  # None: deleted
 _ABSENT: Final = object()
@@ -42,7 +42,7 @@ class LocalPartition:
         # Per partition task that wrote here: the delivery of the last changelog record
         # it sent. One producer's records reach a partition in order, so that one has
         # its highest offset.
-        self.last_sent: dict[TP, asyncio.Future[Any]] = {}
+        self.last_sent: dict[TP, Delivery] = {}
 
     def get(self, key: bytes) -> Value:
         found = self.uncommitted.get(key, _ABSENT)
@@ -70,15 +70,12 @@ class LocalPartition:
                 batch.delete(key)
             else:
                 batch.put(key, value)
-        offsets = [
-            sent.result().offset
-            for sent in self.last_sent.values()
-            if sent.done() and not sent.cancelled() and sent.exception() is None
-        ]
-        if len(offsets) == len(self.last_sent):
+        offsets = [delivered_offset(sent) for sent in self.last_sent.values()]
+        known = [offset for offset in offsets if offset is not None]
+        if known and len(known) == len(offsets):
             # Otherwise (never seen: a commit waits for every delivery) the persisted
             # offset stays behind, which only makes the next restore read more.
-            batch.put(self.table.data.offset_key, str(max(offsets)).encode())
+            batch.put(self.table.data.offset_key, str(max(known)).encode())
         internals.local_partition(self.table, self.partition).write(batch)
         self.uncommitted.clear()
         self.last_sent.clear()
@@ -132,7 +129,7 @@ class StepWrites:
     def stage(self, local: LocalPartition, key: bytes, value: Value, record: int) -> None:
         self._staged[(local, key)] = (value, record)
 
-    def sent(self, deliveries: Sequence[asyncio.Future[Any]]) -> None:
+    def sent(self, deliveries: Sequence[Delivery]) -> None:
         """The step's records are sent into its transaction (`deliveries` in outbox order)."""
         last: dict[LocalPartition, int] = {}
         for (local, key), (value, record) in self._staged.items():

@@ -24,6 +24,7 @@ from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.errors import ProducerFenced
 from aiokafka.protocol.commit import OffsetFetchResponse_v3
 from aiokafka.protocol.group import LeaveGroupRequest_v0
+from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import TopicPartition
 from faust.exceptions import ConsumerNotStarted
 from faust.tables import TableManager
@@ -691,12 +692,19 @@ async def test_a_record_appended_to_the_open_batch_follows_the_one_send_put_ther
     accumulator = producer._message_accumulator
     first = await accumulator.add_message(tp, b"k1", b"v1", 5)  # what send ends in
     appended = internals.append_to_open_batch(producer, "out", 2, b"k2", b"v2")
-    assert appended is not None
-    second, batch_delivery = appended
-    assert second is not first
+    third = internals.append_to_open_batch(producer, "out", 2, b"k3", b"v3")
+    assert appended is not None and third is not None
+    batch_delivery, after = appended
     (batch,) = accumulator._batches[tp]
-    assert batch.record_count == 2 and batch_delivery is batch.future
+    assert batch.record_count == 3 and batch_delivery is batch.future
+    assert (after, third) == (1, (batch.future, 2))
     batch.done(base_offset=40)
-    assert (first.result().offset, second.result().offset) == (40, 41)
-    assert batch_delivery.done()
+    assert first.result().offset == 40 and batch_delivery.result().offset == 40
+    # The records as the broker will hold them: in order, each once.
+    batches = MemoryRecords(bytes(batch.get_data_buffer()))
+    records = []
+    while (built := batches.next_batch()) is not None:
+        records.extend(built)
+    assert [(r.key, r.value) for r in records] == [(b"k1", b"v1"), (b"k2", b"v2"), (b"k3", b"v3")]
+    assert [r.offset for r in records] == [0, 1, 2]
     assert internals.append_to_open_batch(producer, "out", 3, b"k", b"v") is None

@@ -51,8 +51,10 @@ def delivered(offset: int) -> asyncio.Future[Any]:
 
 
 def step_sent(task: PartitionTask, first_offset: int) -> None:
-    """The step's records are sent and acked at consecutive offsets."""
-    task.writes.sent([delivered(first_offset + i) for i in range(len(task.outbox.records))])
+    """The step's records are sent in one batch, acked at consecutive offsets from
+    `first_offset` (the batch's future reports that one)."""
+    batch = delivered(first_offset)
+    task.writes.sent([(batch, i) for i in range(len(task.outbox.records))])
     task.outbox.clear()
 
 
@@ -140,7 +142,7 @@ async def test_no_persisted_offset_without_every_delivery(tmp_path: Path, failur
     delivery: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     if failure == "failed":
         delivery.set_exception(RuntimeError("no ack"))
-    unknown.writes.sent([delivery])
+    unknown.writes.sent([(delivery, 0)])
     local_state.committed({A, B})
     assert db(table).get(b"k") == b"v" and db(table).get(b"j") == b"w"
     # 5 is known, but the other record may come after it or before: behind is safe,
