@@ -60,6 +60,11 @@ class PartitionTask:
             self._processor = found
         return found
 
+    def forget_processor(self) -> None:
+        """After a step cut off: its writes are in no transaction, so what the processor
+        made of them goes too; the next step builds it again from the table."""
+        self._processor = None
+
     def loaded(self, kind: type[P]) -> P | None:
         processor = self._processor
         return processor if isinstance(processor, kind) else None

@@ -46,15 +46,21 @@ async def exactly_once(
     assert task is not None  # events_once yields only events of assigned partitions
     outbox = task.outbox  # empty: every step clears it on the way out
     async with task.lock:
+        sent = False
         try:
             yield task
             task.writes.sent(await send_in_transaction(app, tp, outbox.records))
+            sent = True
             event.ack()
             task.offsets.processed(event.message.offset)
             tasks.stats.processed(tp, outbox.counts, time.time(), records)
         finally:
             outbox.clear()
-            task.writes.discard()  # a step cut off: its writes are not in any transaction
+            if not sent:
+                # A step cut off: its writes are in no transaction, and the processor's
+                # memory of them (pairing's indexes and recent states) must go too.
+                task.writes.discard()
+                task.forget_processor()
 
 
 async def before_step(app: PairstreamApp, waiting: Awaitable[object]) -> None:

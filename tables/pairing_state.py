@@ -38,21 +38,48 @@ def stored_state(key: str) -> KeyState | None:
     return None if raw is None else decode_state(raw)
 
 
+RECENT_STATES = 20_000
+"""How many key states a keyed partition keeps decoded, as it last read or wrote them.
+A partner or a duplicate mostly comes soon after the event before it, and reading and
+decoding its state again was 6.7% of a worker's CPU (docs/BENCHMARKS.md). At a
+few hundred bytes a state, tens of MiB for a worker's partitions."""
+
+
 class PartitionState:
-    """The `KeyStore` of one keyed partition, written inside its task's steps."""
+    """The `KeyStore` of one keyed partition, written inside its task's steps. It lives
+    as long as its partition task's processor, which goes with any step cut off
+    (app/step.py), so the states it keeps are those of the steps that went into
+    transactions."""
+
+    __slots__ = ("_recent", "_table")
 
     def __init__(self, task: PartitionTask) -> None:
         self._table = TableWriter(table, task)
+        self._recent: dict[str, KeyState] = {}
 
     def get(self, key: str) -> KeyState | None:
-        raw = self._table.get(key.encode())
-        return None if raw is None else decode_state(raw)
+        state = self._recent.get(key)
+        if state is None:
+            raw = self._table.get(key.encode())
+            if raw is None:
+                return None
+            state = decode_state(raw)
+            self._remember(key, state)
+        return state
 
     def put(self, key: str, state: KeyState) -> None:
         self._table.put(key.encode(), encode_state(state))
+        self._remember(key, state)
 
     def delete(self, key: str) -> None:
         self._table.delete(key.encode())
+        self._recent.pop(key, None)
+
+    def _remember(self, key: str, state: KeyState) -> None:
+        recent = self._recent
+        if len(recent) >= RECENT_STATES and key not in recent:
+            recent.clear()  # O(1) a state, no order kept: the next ones fill it again
+        recent[key] = state
 
     def times(self) -> Iterator[KeyTimes]:
         for raw_key, raw_value in self._table.items():

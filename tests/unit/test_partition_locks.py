@@ -149,3 +149,29 @@ async def test_a_commit_clears_the_commit_wishes_of_the_partitions_it_committed(
     await app.consumer._commit_tps([KEYED], True)
     assert keyed.commit_due is None
     assert own_tasks.earliest_commit_due() == 11.0
+
+
+async def test_a_step_cut_off_takes_its_processor_with_it(
+    own_tasks: PartitionTasks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a processor made of a step (pairing's indexes and recent states) must not
+    # outlive the step's writes, which a cut-off step never sent.
+    class Seen(list[int]):
+        pass
+
+    steps = Steps()
+    monkeypatch.setattr(step, "send_in_transaction", steps.send)
+    own_tasks.assigned({KEYED})
+
+    def event(offset: int) -> Any:
+        message = SimpleNamespace(tp=KEYED, offset=offset)
+        return SimpleNamespace(message=message, ack=lambda: steps.acked.append((KEYED, offset)))
+
+    async with step.exactly_once(app, event(1)) as task:
+        task.processor(Seen, lambda _: Seen()).append(1)
+    assert task.loaded(Seen) == [1]
+    with pytest.raises(RuntimeError):
+        async with step.exactly_once(app, event(2)) as task:
+            task.processor(Seen, lambda _: Seen()).append(2)
+            raise RuntimeError("a rule failed")
+    assert task.loaded(Seen) is None and steps.acked == [(KEYED, 1)]
