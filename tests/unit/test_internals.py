@@ -683,6 +683,10 @@ async def test_keyed_partitioner_chooses_as_aiokafka_s_send_does() -> None:
     assert chosen == [producer._partition("out", None, key, None, key, None) for key in keys]
     assert len(set(chosen)) > 1
     assert internals.keyed_partitioner(producer, "unknown") is None
+    # A partitioner of the app's own (faust's producer_partitioner) chooses instead.
+    producer._partitioner = lambda key, every, available: every[-1]
+    own = internals.keyed_partitioner(producer, "out")
+    assert own is not None and {own(key) for key in keys} == {4}
 
 
 async def test_a_record_appended_to_the_open_batch_follows_the_one_send_put_there() -> None:
