@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from decimal import Context, Decimal, Inexact, InvalidOperation
 from typing import Literal
 
+from pairing.immutable import immutable
+
 EventType = Literal["A", "B"]
 Number = int | Decimal
 
@@ -33,7 +35,7 @@ _TIMESTAMP = re.compile(
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Event:
     """A valid input event, normalised."""
 

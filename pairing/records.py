@@ -11,18 +11,18 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 import orjson
 
 from pairing.events import Event, parse_number
+from pairing.immutable import immutable
 from pairing.rules import Conflict, KeyState, KeyTimes, Paired, PendingEvent, Unpaired
 from pairing.watermarks import EventClock, SourceMark, WatermarkUpdate
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Source:
     """Where an input record came from, and its Kafka timestamp (when its producer
     sent it, or the broker appended it): None when it had none, or was handed over
@@ -92,7 +92,7 @@ def encode_keyed_event(event: Event, raw: bytes, source: Source, progress_us: in
     )
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class KeyedEvent:
     event: Event
     raw: str

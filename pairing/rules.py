@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from pairing.events import Event, EventType, Number, add_exact
+from pairing.immutable import immutable
 from pairing.watermarks import EventClock, WatermarkUpdate
 
 UnpairedReason = Literal["expired", "late"]
@@ -51,7 +52,7 @@ class PairingConfig:
     dedup_retention_us: int = 60 * 60 * MICROS
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class PendingEvent:
     """An event waiting for its partner (or a late one waiting for its key to
     close), with the wall-clock time it started waiting."""
@@ -62,7 +63,7 @@ class PendingEvent:
     waiting_since: float
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class KeyState:
     """Everything remembered about one pairing key (one timestamp).
 
@@ -82,7 +83,7 @@ class KeyState:
 # --- outcomes: what processing one event (or the clock) produced -------------
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Paired:
     key: str
     a: PendingEvent
@@ -93,21 +94,21 @@ class Paired:
         return add_exact(self.a.value, self.b.value)
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Unpaired:
     key: str
     event: PendingEvent
     reason: UnpairedReason
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Conflict:
     key: str
     event: PendingEvent
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Duplicate:
     key: str
     identity: str
