@@ -180,10 +180,13 @@ def fingerprint(event_type: str, key: str, value: Number) -> str:
 
 def parse_number(text: str) -> Number:
     """Read back a number written by `str()` on an int or a Decimal."""
-    try:
-        return int(text)
-    except ValueError:
-        pass
+    # int() never takes a point or an exponent: trying it first on a decimal raised and
+    # caught a ValueError, 2.3 us of the 2.8 a value took.
+    if "." not in text and "e" not in text and "E" not in text:
+        try:
+            return int(text)
+        except ValueError:
+            pass
     try:
         return Decimal(text)
     except InvalidOperation as exc:

@@ -12,6 +12,7 @@ from pairing.events import (
     fingerprint,
     format_time,
     parse_event,
+    parse_number,
     parse_timestamp,
 )
 
@@ -126,3 +127,24 @@ def test_invalid_records_are_rejected_with_a_reason(raw: bytes | None, reason: s
 def test_oversize_records_are_rejected_before_parsing() -> None:
     raw = b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":1,"pad":"' + b"x" * MAX + b'"}'
     assert "oversize" in rejected(raw)
+
+
+@given(
+    st.one_of(
+        st.integers(),
+        st.decimals(allow_nan=False, allow_infinity=False),
+    )
+)
+def test_a_number_written_with_str_reads_back_as_the_same_value(value: int | Decimal) -> None:
+    text = str(value)
+    read = parse_number(text)
+    assert read == value
+    # An int stays an int; a Decimal spelled with a point or an exponent stays a Decimal
+    # (one spelled as digits only, like "12", reads as the int it equals).
+    assert isinstance(read, int) == (isinstance(value, int) or text.lstrip("-").isdigit())
+
+
+def test_what_is_not_a_number_is_refused() -> None:
+    for text in ("", "1.2.3", "abc", "1e", "NaN!"):
+        with pytest.raises(ValueError):
+            parse_number(text)
