@@ -38,9 +38,13 @@ from pairing.rules import (
 from tables.pairing_state import PartitionState
 
 conf = settings()
-# A commit is asked for this long after an input was sent, so that it has ended (the
-# commit loop wakes at least every handoff interval) by one commit interval after.
-commit_lead = conf.commit_interval_seconds - conf.handoff_interval_seconds
+# A commit is asked for this long after an input was sent, so that it has ended by one
+# commit interval after: the commit loop may wake up to a handoff interval late (it
+# wakes for ingest's handoffs), and a commit takes about as long again.
+commit_lead = max(
+    conf.commit_interval_seconds / 2,
+    conf.commit_interval_seconds - 2 * conf.handoff_interval_seconds,
+)
 
 
 class KeyedPartition:

@@ -11,7 +11,8 @@ times it missed.
 
 On the clock alone, a pair made just after a commit waited a whole interval for the
 next. So pairing also says by when its outputs should be visible (a commit interval
-after the earliest input behind them, by the input records' timestamps), and a commit
+after the earliest input behind them, by the input records' timestamps, less two
+handoff intervals for the wake-up and the commit), and a commit
 of everything comes then if that is sooner than the clock: at 50% load, p99 from send
 to visible went from 1.41-1.50 s to 1.03-1.07 s at 1 s commits (docs/BENCHMARKS.md).
 """
