@@ -66,7 +66,11 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
         "_new_producer_transport": ("self",),
         "on_init_dependencies": ("self",),
     },
-    faust.Worker: {"on_setup_root_logger": ("self", "logger", "level")},
+    faust.Worker: {
+        "on_setup_root_logger": ("self", "logger", "level"),
+        "on_first_start": ("self",),
+        "on_startup_finished": ("self",),
+    },
     TableManager: {"on_start": ("self",)},
 }
 
