@@ -13,8 +13,9 @@ On the clock alone, a pair made just after a commit waited a whole interval for 
 next. So pairing also says by when its outputs should be visible (a commit interval
 after the earliest input behind them, by the input records' timestamps, less two
 handoff intervals for the wake-up and the commit), and a commit
-of everything comes then if that is sooner than the clock: at 50% load, p99 from send
-to visible went from 1.41-1.50 s to 1.03-1.07 s at 1 s commits (docs/BENCHMARKS.md).
+of everything comes then if that is sooner than the clock: at 50% load and 1 s commits,
+p99 from send to visible went from 1.41-1.50 s on the clock alone to 0.96-0.99 s
+(docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
