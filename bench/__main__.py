@@ -18,6 +18,7 @@ from bench.quix import run_quix
 from bench.report import Results, render
 from bench.restart import run_restart
 from bench.rules_only import run_rules_only
+from bench.workers import run_workers
 from bench.workload import INPUT_PARTITIONS, pre_produce, workload
 from tools import broker
 
@@ -34,6 +35,7 @@ async def measure(
     level_seconds: float,
     pending: list[int],
     transaction_pairs: int,
+    workers: list[int],
     timeout: float,
     profile_to: Path | None,
 ) -> Results:
@@ -64,6 +66,11 @@ async def measure(
         print(f"pairstream under py-spy, commit interval {at_max.commit_interval:g} s ...")
         results.profiled = await run_worker(
             bootstrap, records, at_max.commit_interval, timeout, profile_to
+        )
+    for count in workers:
+        print(f"{count} worker(s), commit interval {at_max.commit_interval:g} s ...", flush=True)
+        results.workers.append(
+            await run_workers(bootstrap, records, at_max.commit_interval, count, timeout)
         )
     source = f"bench-input-{uuid.uuid4().hex[:8]}"
     await pre_produce(bootstrap, source, records)
@@ -123,6 +130,7 @@ def main(argv: list[str] | None = None) -> None:
             level_seconds,
             pending,
             1 if args.smoke else 3,
+            [2] if args.smoke else [1, 2],
             timeout,
             args.profile,
         )

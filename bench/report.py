@@ -3,6 +3,7 @@ one run of the suite measured."""
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import re
@@ -18,6 +19,7 @@ from bench.pairstream import PairstreamResult
 from bench.quix import QUIXSTREAMS, QuixResult
 from bench.restart import HOLD_SECONDS, PROBES, RestartResult
 from bench.rules_only import RulesOnlyResult
+from bench.workers import WorkersResult
 from bench.workload import INPUT_PARTITIONS
 from tools.broker import POM
 
@@ -51,10 +53,15 @@ class Results:
     # Runs with and without transactions at the longest interval, alternating.
     transaction_pairs: list[tuple[PairstreamResult, PairstreamResult]] = field(default_factory=list)
     rules_only: RulesOnlyResult | None = None  # the same workload, no Kafka, no faust
+    workers: list[WorkersResult] = field(default_factory=list)  # one app, 1 and 2 workers
 
 
 def seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
+
+
+def rate(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:,.0f}"
 
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -168,6 +175,20 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
         [[f"{r.commit_interval:g}", f"{r.load:.0%}", f"{r.events_per_second:,.0f}",
           f"{r.pairs:,}", f"{r.p50:.3f}", f"{r.p99:.3f}", f"{r.max:.3f}"]
          for r in results.latency],
+    )  # fmt: skip
+    lines += section(
+        "Two workers against one",
+        "Workers of one app started at once over the same pre-produced input, the longest"
+        " commit interval (`bench/workers.py`). Steady: the group's committed offsets on the"
+        " keyed topic (the pairing stage's input; transaction markers included), 10% to 90%;"
+        " a rebalance can move a partition and its uncommitted work, so not /stats. CPU: all"
+        " the workers' processes. Pairs: visible to a read_committed consumer, against the"
+        " workload's own count. -: over before a steady rate could be read.",
+        ["workers", "commit interval (s)", "steady events/s", "start to last pair (s)",
+         "workers' CPU (s)", "pairs / expected"],
+        [[str(w.workers), f"{w.commit_interval:g}", rate(w.steady_rate),
+          f"{w.seconds:.1f}", f"{w.cpu_seconds:.1f}", f"{w.pairs:,} / {w.expected_pairs:,}"]
+         for w in results.workers],
     )  # fmt: skip
     lines += section(
         "The peer: the same work as a Quix Streams app, exactly-once",

@@ -51,6 +51,13 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     assert latency[1] == "50%"
     pairs, p50, p99, worst = (number(cell) for cell in latency[3:])
     assert pairs > 0 and 0 < p50 <= p99 <= worst
+    [workers] = table_rows(report, "Two workers against one")
+    assert workers[:2] == ["2", "1"]
+    # 3,000 events at 1 s commits: all committed at once, no steady rate to read.
+    assert workers[2] == "-" or number(workers[2]) > 0
+    assert all(number(cell) > 0 for cell in workers[3:5])
+    pairs, expected = (number(cell) for cell in workers[5].split(" / "))
+    assert pairs == expected > 0  # two workers found every pair, none twice
     ceiling = table_rows(report, "The ceiling: a bare aiokafka consume -> produce loop")
     assert [row[0] for row in ceiling] == ["yes", "no"]
     assert all(number(cell) > 0 for row in ceiling for cell in row[1:3])

@@ -1,0 +1,93 @@
+"""Two pairstream workers against one over the same pre-produced input: what a second
+worker (here, the machine's second core) adds, and whether the pairs stay the same."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiokafka.admin import AIOKafkaAdminClient
+
+from app.kafka_admin import ensure_topics
+from bench.measure import Samples, cpu_seconds
+from bench.pairstream import free_port, worker_run
+from bench.quix import committed, count_visible, expected_pairs
+from bench.workload import pre_produce
+from tools.demo import start_worker, stop_worker, wait_ready
+from tools.generate import Record
+
+
+@dataclass(frozen=True)
+class WorkersResult:
+    workers: int
+    commit_interval: float
+    steady_rate: float  # keyed records committed by the pairing stage per second, 10% to 90%
+    seconds: float  # first worker start to the last pair visible
+    cpu_seconds: float  # of all the workers' processes
+    pairs: int  # visible to a read_committed consumer
+    expected_pairs: int
+
+
+async def run_workers(
+    bootstrap: str, records: list[Record], commit_interval: float, workers: int, timeout: float
+) -> WorkersResult:
+    """Start `workers` workers of one app at once over `records` and run them until every
+    pair is visible. Progress is the group's committed offsets on the keyed topic, not
+    /stats: a partition moved in a rebalance leaves one worker's counters and is counted
+    again by the other from the last commit."""
+    run = worker_run("bench-workers", bootstrap, commit_interval)
+    await pre_produce(bootstrap, run.conf.events_topic, records)
+    await ensure_topics(run.conf)
+    wanted = expected_pairs(records)
+    seen = [0]
+    reader = asyncio.ensure_future(count_visible(bootstrap, run.conf.pairs_topic, seen))
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    processes: list[tuple[subprocess.Popen[bytes], Path]] = []
+    started = time.monotonic()
+    try:
+        for n in range(workers):
+            # Each worker its own state directory and web port; the rest is shared.
+            os.environ["PAIRSTREAM_DATA_DIR"] = f"{run.conf.data_dir}-{n}"
+            os.environ["PAIRSTREAM_WEB_PORT"] = str(free_port())
+            log_path = run.log_path.with_name(f"{run.log_path.stem}-{n}.log")
+            processes.append((start_worker(log_path), log_path))
+        for process, log_path in processes:
+            await wait_ready(log_path, process)
+        progress = Samples()
+        while seen[0] < wanted:
+            elapsed = time.monotonic() - started
+            summed = await committed(admin, run.conf.app_id)
+            progress.samples.append((elapsed, summed.get(run.conf.keyed_topic, 0)))
+            if elapsed > timeout:
+                raise TimeoutError(f"{seen[0]} of {wanted} pairs in {elapsed:.0f} s")
+            await asyncio.sleep(0.25)
+        seconds = time.monotonic() - started
+        # The last keyed records are committed with or before the last pair.
+        summed = await committed(admin, run.conf.app_id)
+        progress.samples.append((seconds, summed.get(run.conf.keyed_topic, 0)))
+        cpu = sum(cpu_seconds(process.pid) for process, _ in processes)
+        # A pair out twice (a rebalance that broke exactly-once) would come within a
+        # commit or two of the last one.
+        await asyncio.sleep(2 * commit_interval + 1)
+    finally:
+        for process, _ in processes:
+            stop_worker(process)
+        reader.cancel()
+        with suppress(asyncio.CancelledError):
+            await reader
+        await admin.close()
+    return WorkersResult(
+        workers,
+        commit_interval,
+        progress.steady_rate(progress.samples[-1][1]),
+        seconds,
+        cpu,
+        seen[0],
+        wanted,
+    )
