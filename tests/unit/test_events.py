@@ -1,4 +1,4 @@
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -62,6 +62,12 @@ def test_a_utc_key_is_what_format_time_writes(moment: datetime, zone: str, space
     parsed = parse_timestamp(text + zone)
     assert not isinstance(parsed, Rejection)
     assert parsed[0] == format_time(moment)
+    assert parsed[1] == (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    # The same instant an hour ahead, with its offset: the general path agrees.
+    ahead = moment + timedelta(hours=1)
+    if moment.year >= 1000 and ahead.year <= 9999:
+        shifted = ahead.replace(tzinfo=None).isoformat(timespec="microseconds") + "+01:00"
+        assert parse_timestamp(shifted) == parsed
 
 
 def test_time_us_counts_from_epoch() -> None:
@@ -107,6 +113,12 @@ def test_identity_is_id_when_given_else_fingerprint() -> None:
         (b'{"type":"A","timestamp":12,"value":1}', "not a string"),
         (b'{"type":"A","timestamp":"yesterday","value":1}', "unparseable timestamp"),
         (b'{"type":"A","timestamp":"2024-02-30 21:00:00","value":1}', "unparseable timestamp"),
+        (b'{"type":"A","timestamp":"2023-02-29 21:00:00","value":1}', "unparseable timestamp"),
+        (b'{"type":"A","timestamp":"2024-13-09 21:00:00","value":1}', "unparseable timestamp"),
+        (b'{"type":"A","timestamp":"2024-02-09 24:00:00Z","value":1}', "unparseable timestamp"),
+        (b'{"type":"A","timestamp":"2024-02-09 21:60:00","value":1}', "unparseable timestamp"),
+        (b'{"type":"A","timestamp":"2024-02-09 23:59:60","value":1}', "unparseable timestamp"),
+        (b'{"type":"A","timestamp":"0000-02-09 21:00:00","value":1}', "unparseable timestamp"),
         (b'{"type":"A","timestamp":"2024-02-09","value":1}', "unparseable timestamp"),
         (b'{"type":"A","timestamp":"2024-02-09 21:00:00"}', "missing field 'value'"),
         (b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":"1"}', "not a number"),
