@@ -64,6 +64,9 @@ async def run_workers(
             elapsed = time.monotonic() - started
             summed = await committed(admin, run.conf.app_id)
             progress.samples.append((elapsed, summed.get(run.conf.keyed_topic, 0)))
+            for process, log_path in processes:
+                if process.poll() is not None:
+                    raise RuntimeError(f"a worker exited {process.returncode}; see {log_path}")
             if elapsed > timeout:
                 raise TimeoutError(f"{seen[0]} of {wanted} pairs in {elapsed:.0f} s")
             await asyncio.sleep(0.25)
