@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +74,33 @@ async def committed(admin: AIOKafkaAdminClient, group: str) -> dict[str, int]:
     return summed
 
 
+async def committed_until_every_pair(
+    admin: AIOKafkaAdminClient,
+    group: str,
+    counted: Callable[[str], bool],
+    processes: list[tuple[subprocess.Popen[bytes], Path]],
+    seen: list[int],
+    wanted: int,
+    started: float,
+    timeout: float,
+) -> Samples:
+    """Sample `group`'s committed offsets on the topics `counted` names every 0.25 s until
+    `seen` (pairs visible) reaches `wanted`; a process that exits or a run past `timeout`
+    fails it at once."""
+    progress = Samples()
+    while seen[0] < wanted:
+        elapsed = time.monotonic() - started
+        summed = await committed(admin, group)
+        progress.samples.append((elapsed, sum(n for t, n in summed.items() if counted(t))))
+        for process, log_path in processes:
+            if process.poll() is not None:
+                raise RuntimeError(f"exited {process.returncode}; see {log_path}")
+        if elapsed > timeout:
+            raise TimeoutError(f"{seen[0]} of {wanted} pairs in {elapsed:.0f} s")
+        await asyncio.sleep(0.25)
+    return progress
+
+
 async def count_visible(bootstrap: str, topic: str, seen: list[int]) -> None:
     consumer = AIOKafkaConsumer(
         topic,
@@ -113,18 +141,17 @@ async def run_quix(
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )  # fmt: skip
     started = time.monotonic()
-    progress = Samples()
     try:
-        while seen[0] < wanted:
-            elapsed = time.monotonic() - started
-            summed = await committed(admin, group)
-            second = sum(n for topic, n in summed.items() if topic.startswith("repartition__"))
-            progress.samples.append((elapsed, second))
-            if app.poll() is not None:
-                raise RuntimeError(f"the Quix app exited {app.returncode}; see {log_path}")
-            if elapsed > timeout:
-                raise TimeoutError(f"{seen[0]} of {wanted} pairs in {elapsed:.0f} s")
-            await asyncio.sleep(0.25)
+        progress = await committed_until_every_pair(
+            admin,
+            group,
+            lambda topic: topic.startswith("repartition__"),
+            [(app, log_path)],
+            seen,
+            wanted,
+            started,
+            timeout,
+        )
         seconds = time.monotonic() - started
         cpu = cpu_seconds(app.pid)
     finally:

@@ -14,9 +14,9 @@ from pathlib import Path
 from aiokafka.admin import AIOKafkaAdminClient
 
 from app.kafka_admin import ensure_topics
-from bench.measure import Samples, cpu_seconds
+from bench.measure import cpu_seconds
 from bench.pairstream import free_port, worker_run
-from bench.quix import committed, count_visible, expected_pairs
+from bench.quix import committed, committed_until_every_pair, count_visible, expected_pairs
 from bench.workload import pre_produce
 from tools.demo import start_worker, stop_worker, wait_ready
 from tools.generate import Record
@@ -59,17 +59,10 @@ async def run_workers(
             processes.append((start_worker(log_path), log_path))
         for process, log_path in processes:
             await wait_ready(log_path, process)
-        progress = Samples()
-        while seen[0] < wanted:
-            elapsed = time.monotonic() - started
-            summed = await committed(admin, run.conf.app_id)
-            progress.samples.append((elapsed, summed.get(run.conf.keyed_topic, 0)))
-            for process, log_path in processes:
-                if process.poll() is not None:
-                    raise RuntimeError(f"a worker exited {process.returncode}; see {log_path}")
-            if elapsed > timeout:
-                raise TimeoutError(f"{seen[0]} of {wanted} pairs in {elapsed:.0f} s")
-            await asyncio.sleep(0.25)
+        keyed = run.conf.keyed_topic
+        progress = await committed_until_every_pair(
+            admin, run.conf.app_id, keyed.__eq__, processes, seen, wanted, started, timeout
+        )
         seconds = time.monotonic() - started
         # The last keyed records are committed with or before the last pair.
         summed = await committed(admin, run.conf.app_id)
