@@ -25,10 +25,15 @@ class Samples:
     def steady_rate(self, total: int) -> float:
         """Records per second between 10% and 90% of `total`: start-up and the tail
         left out."""
-        low = next(s for s in self.samples if s[1] >= total * 0.1)
+        at = next(i for i, s in enumerate(self.samples) if s[1] >= total * 0.1)
+        low = self.samples[at]
         high = next(s for s in self.samples if s[1] >= total * 0.9)
         if high[0] <= low[0]:
-            return float("nan")
+            # A short run (the smoke run) can pass both marks between two samples: the
+            # rate across the samples around them, if there is one before.
+            if at == 0:
+                return float("nan")
+            low = self.samples[at - 1]
         return (high[1] - low[1]) / (high[0] - low[0])
 
     def first_at(self) -> float | None:
