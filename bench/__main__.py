@@ -77,11 +77,11 @@ async def measure(
     for interval in intervals:
         print(f"Quix Streams, commit interval {interval:g} s ...", flush=True)
         results.quix.append(await run_quix(bootstrap, source, records, interval, timeout))
-    for transactional in (True, False):
-        print(f"ceiling, transactions {transactional} ...", flush=True)
+    for transactional, batched in ((True, False), (False, False), (True, True)):
+        print(f"ceiling, transactions {transactional}, batched {batched} ...", flush=True)
         results.ceiling.append(
             await consume_produce(
-                bootstrap, source, len(records), transactional, CEILING_COMMIT_INTERVAL
+                bootstrap, source, len(records), transactional, CEILING_COMMIT_INTERVAL, batched
             )
         )
     for count in pending:

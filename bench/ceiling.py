@@ -1,13 +1,19 @@
 """The ceiling: a bare aiokafka consume -> produce loop over the same input, one stage,
-no state, no parsing; with transactions (offsets committed in them) or without."""
+no state, no parsing; with transactions (offsets committed in them) or without; each
+record through `send` (a future and an await per record), or appended to batches of
+the producer's public batch API, as a worker's outbox appends to the batches open
+(app/outbox.py): what the client itself costs a record at least."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.producer.message_accumulator import BatchBuilder
 
 from bench.workload import create_topic
 
@@ -15,6 +21,7 @@ from bench.workload import create_topic
 @dataclass(frozen=True)
 class CeilingResult:
     transactional: bool
+    batched: bool  # appended to batches (create_batch, send_batch), not sent one by one
     events: int
     seconds: float  # from the first record fetched to the last committed
     cpu_seconds: float  # of this process, which does nothing else meanwhile
@@ -24,8 +31,46 @@ class CeilingResult:
         return self.events / self.seconds
 
 
+class BatchedSink:
+    """Records appended to one open batch per output partition, without an await; the
+    batches handed to the producer when the poll's records are all in, as a worker's
+    runs are."""
+
+    def __init__(self, producer: AIOKafkaProducer, topic: str) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._open: dict[int, BatchBuilder] = {}
+        self._full: list[tuple[int, BatchBuilder]] = []
+        self._sent: list[asyncio.Future[Any]] = []
+
+    def append(self, partition: int, key: bytes | None, value: bytes | None) -> None:
+        batch = self._open.get(partition)
+        if batch is None:
+            batch = self._open[partition] = self._producer.create_batch()
+        if batch.append(key=key, value=value, timestamp=None) is None:  # full
+            self._full.append((partition, batch))
+            batch = self._open[partition] = self._producer.create_batch()
+            batch.append(key=key, value=value, timestamp=None)
+
+    async def hand_over(self) -> None:
+        for partition, batch in [*self._full, *self._open.items()]:
+            sent = await self._producer.send_batch(batch, self._topic, partition=partition)
+            self._sent.append(sent)
+        self._full.clear()
+        self._open.clear()
+
+    async def delivered(self) -> None:
+        await asyncio.gather(*self._sent)
+        self._sent.clear()
+
+
 async def consume_produce(
-    bootstrap: str, source: str, total: int, transactional: bool, commit_interval: float
+    bootstrap: str,
+    source: str,
+    total: int,
+    transactional: bool,
+    commit_interval: float,
+    batched: bool = False,
 ) -> CeilingResult:
     group = f"bench-ceiling-{uuid.uuid4().hex[:8]}"
     sink = f"{group}-out"
@@ -46,6 +91,8 @@ async def consume_produce(
     )
     await consumer.start()
     await producer.start()
+    sink_partitions = len(await producer.partitions_for(sink))
+    batches_out = BatchedSink(producer, sink) if batched else None
     try:
         done, started, last_commit = 0, 0.0, 0.0
         cpu_started = 0.0
@@ -58,11 +105,20 @@ async def consume_produce(
                 started = last_commit = time.monotonic()
                 cpu_started = time.process_time()
             for tp, records in batches.items():
-                for record in records:
-                    await producer.send(sink, record.value, key=record.key)
+                if batches_out is None:
+                    for record in records:
+                        await producer.send(sink, record.value, key=record.key)
+                else:
+                    partition = tp.partition % sink_partitions
+                    for record in records:
+                        batches_out.append(partition, record.key, record.value)
                 positions[tp] = records[-1].offset + 1
                 done += len(records)
+            if batches_out is not None:
+                await batches_out.hand_over()
             if started and (time.monotonic() - last_commit >= commit_interval or done >= total):
+                if batches_out is not None:
+                    await batches_out.delivered()
                 if transactional:
                     await producer.send_offsets_to_transaction(positions, group)
                     await producer.commit_transaction()
@@ -73,7 +129,11 @@ async def consume_produce(
                     await consumer.commit(positions)
                 last_commit = time.monotonic()
         return CeilingResult(
-            transactional, done, time.monotonic() - started, time.process_time() - cpu_started
+            transactional,
+            batched,
+            done,
+            time.monotonic() - started,
+            time.process_time() - cpu_started,
         )
     finally:
         await producer.stop()

@@ -2,11 +2,14 @@
 parts alone, in one process with no Kafka and no faust. Ingest's parse and re-keyed
 record, then per keyed partition the record's decode, the rule engine over key states
 in RocksDB (read and written with the same codecs as the worker's table), and the
-output records. Whatever a worker adds (fetching, transactions, changelog sends,
-steps) comes on top of this."""
+output records. As in a worker: runs of `max_run_records`, one pair time per run, a
+run's key states written in one RocksDB write batch, the worker's collector
+thresholds with what came before frozen. Whatever a worker adds (fetching,
+transactions, changelog sends, steps) comes on top of this."""
 
 from __future__ import annotations
 
+import gc
 import tempfile
 import time
 from collections.abc import Iterator
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import cast
 
-from rocksdict import Options, Rdict
+from rocksdict import Options, Rdict, WriteBatch
 
 from app.settings import settings
 from pairing.events import Rejection, format_time, parse_event
@@ -56,20 +59,33 @@ class RulesOnlyResult:
 
 
 class RocksKeyStore:
-    """A keyed partition's key states in RocksDB, encoded as the worker's table holds them."""
+    """A keyed partition's key states in RocksDB, encoded as the worker's table holds
+    them; writes are staged until `write`, as a worker's until its commit."""
 
     def __init__(self, path: str) -> None:
         self._db = Rdict(path, options=Options(raw_mode=True))
+        self._staged: dict[bytes, bytes | None] = {}  # None: deleted
 
     def get(self, key: str) -> KeyState | None:
-        raw = self._db.get(key.encode())
+        raw_key = key.encode()
+        raw = self._staged[raw_key] if raw_key in self._staged else self._db.get(raw_key)
         return None if raw is None else decode_state(raw)
 
     def put(self, key: str, state: KeyState) -> None:
-        self._db[key.encode()] = encode_state(state)
+        self._staged[key.encode()] = encode_state(state)
 
     def delete(self, key: str) -> None:
-        del self._db[key.encode()]
+        self._staged[key.encode()] = None
+
+    def write(self) -> None:
+        batch = WriteBatch(raw_mode=True)
+        for key, value in self._staged.items():
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        self._db.write(batch)
+        self._staged.clear()
 
     def times(self) -> Iterator[KeyTimes]:
         for raw_key, raw_value in self._db.items():  # raw mode: both are bytes
@@ -103,36 +119,48 @@ def ingest(
 
 
 def pair(records: list[bytes], store: RocksKeyStore) -> int:
-    """Run one keyed partition's records through the rules, making their output
-    records; how many pairs."""
+    """Run one keyed partition's records through the rules, run by run, making their
+    output records; how many pairs."""
     conf = settings()
     engine = PairingPartition(store, conf.pairing, EventClock(), time.time())
     pairs = 0
-    for value in records:
-        keyed = decode_keyed_event(value)
-        for outcome in engine.process(keyed.event, keyed.progress_us, time.time()):
-            if isinstance(outcome, Paired):
-                pair_record(outcome, format_time(datetime.now(UTC)))
-                pairs += 1
-            elif isinstance(outcome, Unpaired):
-                unpaired_record(outcome)
-            elif isinstance(outcome, Conflict):
-                conflict_record(outcome, keyed)
+    for start in range(0, len(records), conf.max_run_records):
+        paired_at = format_time(datetime.now(UTC))
+        now = time.time()
+        for value in records[start : start + conf.max_run_records]:
+            keyed = decode_keyed_event(value)
+            for outcome in engine.process(keyed.event, keyed.progress_us, now):
+                if isinstance(outcome, Paired):
+                    pair_record(outcome, paired_at)
+                    pairs += 1
+                elif isinstance(outcome, Unpaired):
+                    unpaired_record(outcome)
+                elif isinstance(outcome, Conflict):
+                    conflict_record(outcome, keyed)
+        store.write()
     return pairs
 
 
 def run_rules_only(records: list[Record], input_partitions: int) -> RulesOnlyResult:
-    keyed_partitions = settings().partitions
-    started = time.process_time()
-    keyed = ingest(records, input_partitions, keyed_partitions)
-    ingested = time.process_time()
-    pairs = 0
-    with tempfile.TemporaryDirectory(prefix="bench-rules-") as root:
-        for number, partition_records in enumerate(keyed):
-            store = RocksKeyStore(f"{root}/{number}")
-            try:
-                pairs += pair(partition_records, store)
-            finally:
-                store.close()
-    done = time.process_time()
+    conf = settings()
+    keyed_partitions = conf.partitions
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*conf.gc_thresholds)
+    gc.freeze()  # the workload, as a worker's start
+    try:
+        started = time.process_time()
+        keyed = ingest(records, input_partitions, keyed_partitions)
+        ingested = time.process_time()
+        pairs = 0
+        with tempfile.TemporaryDirectory(prefix="bench-rules-") as root:
+            for number, partition_records in enumerate(keyed):
+                store = RocksKeyStore(f"{root}/{number}")
+                try:
+                    pairs += pair(partition_records, store)
+                finally:
+                    store.close()
+        done = time.process_time()
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
     return RulesOnlyResult(len(records), pairs, done - started, ingested - started)
