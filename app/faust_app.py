@@ -75,6 +75,7 @@ def create_app() -> PairstreamApp:
         topic_replication_factor=conf.replication_factor,
         broker_commit_interval=conf.commit_interval_seconds,
         producer_linger=conf.producer_linger_seconds,
+        producer_max_batch_size=conf.producer_batch_bytes,
         broker_session_timeout=conf.session_timeout_seconds,
         table_standby_replicas=conf.standby_replicas,
         broker_heartbeat_interval=conf.session_timeout_seconds / 4,

@@ -102,3 +102,17 @@ async def test_a_worker_sets_the_collector_s_thresholds_and_freezes_its_start(
         gc.unfreeze()
         gc.set_threshold(*before)
         settings.cache_clear()
+
+
+def test_producers_gather_a_partition_s_records_into_batches_of_the_configured_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # faust's 16 KiB: a step waited for a full batch to drain every 60-80 records.
+    assert app.conf.producer_max_batch_size == settings().producer_batch_bytes > 16 * 1024
+    monkeypatch.setenv("PAIRSTREAM_PRODUCER_BATCH_BYTES", "65536")
+    settings.cache_clear()
+    try:
+        fresh = create_app()
+        assert fresh.producer.max_batch_size == 65536  # aiokafka's, transactions too
+    finally:
+        settings.cache_clear()
