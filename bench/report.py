@@ -131,8 +131,8 @@ def rules_only_section(run: RulesOnlyResult) -> list[str]:
         " the record's decode, the rule engine over key states in RocksDB, and the output"
         " records. CPU of the process; events/s is what one core could do if that were all.",
         ["events", "pairs", "CPU (s)", "of it ingest (s)", "µs per event", "events/s"],
-        [[f"{run.events:,}", f"{run.pairs:,}", f"{run.cpu_seconds:.1f}",
-          f"{run.ingest_cpu_seconds:.1f}", f"{run.micros_per_event:.1f}", f"{run.rate:,.0f}"]],
+        [[f"{run.events:,}", f"{run.pairs:,}", f"{run.cpu_seconds:.2f}",
+          f"{run.ingest_cpu_seconds:.2f}", f"{run.micros_per_event:.1f}", f"{run.rate:,.0f}"]],
     )  # fmt: skip
 
 
