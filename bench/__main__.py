@@ -7,9 +7,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import multiprocessing
 import sys
 import uuid
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.ceiling import consume_produce
 from bench.latency import run_latency
@@ -21,79 +26,141 @@ from bench.rules_only import run_rules_only
 from bench.workers import run_workers
 from bench.workload import INPUT_PARTITIONS, pre_produce, workload
 from tools import broker
+from tools.generate import Record
 
 ROOT = Path(__file__).resolve().parent.parent
 CEILING_COMMIT_INTERVAL = 1.0
 NOTES = "<!-- written by hand from here on; a new run keeps it -->"
 
 
-async def measure(
-    bootstrap: str,
-    events: int,
-    intervals: list[float],
-    loads: list[float],
-    level_seconds: float,
-    pending: list[int],
-    transaction_pairs: int,
-    workers: list[int],
-    timeout: float,
-    profile_to: Path | None,
-) -> Results:
-    results = Results(level_seconds=level_seconds)
-    records = workload(events)
-    print("the rules and codecs alone ...", flush=True)
-    results.rules_only = run_rules_only(records, INPUT_PARTITIONS)
-    for interval in intervals:
+@dataclass(frozen=True)
+class Plan:
+    """What one run of the suite measures."""
+
+    bootstrap: str
+    records: list[Record]
+    intervals: list[float]  # ascending: the last gives the highest rate
+    loads: list[float]
+    level_seconds: float
+    pending: list[int]
+    transaction_pairs: int
+    workers: list[int]
+    timeout: float
+    profile_to: Path | None
+
+
+# A part of the suite: runs its measurements and puts them in the results.
+Part = Callable[[Plan, Results], Coroutine[Any, Any, None]]
+
+
+async def throughput_and_latency(plan: Plan, results: Results) -> None:
+    for interval in plan.intervals:
         print(f"pairstream, commit interval {interval:g} s ...", flush=True)
-        results.pairstream.append(await run_worker(bootstrap, records, interval, timeout))
-    at_max = results.pairstream[-1]  # the longest commit interval: the highest rate
+        results.pairstream.append(
+            await run_worker(plan.bootstrap, plan.records, interval, plan.timeout)
+        )
+    at_max = results.pairstream[-1]
     print(f"latency, commit interval {at_max.commit_interval:g} s ...", flush=True)
     # A smoke run is over before a steady rate can be read.
-    rate = at_max.steady_rate if math.isfinite(at_max.steady_rate) else events / at_max.seconds
-    results.latency = await run_latency(
-        bootstrap, at_max.commit_interval, rate, loads, level_seconds
+    rate = (
+        at_max.steady_rate
+        if math.isfinite(at_max.steady_rate)
+        else len(plan.records) / at_max.seconds
     )
-    for n in range(1, transaction_pairs + 1):
-        print(
-            f"with and without transactions, pair {n}, commit interval {at_max.commit_interval:g} s"
-        )
-        with_ = await run_worker(bootstrap, records, at_max.commit_interval, timeout)
+    results.latency = await run_latency(
+        plan.bootstrap, at_max.commit_interval, rate, plan.loads, plan.level_seconds
+    )
+
+
+async def transactions(plan: Plan, results: Results) -> None:
+    interval = plan.intervals[-1]
+    for n in range(1, plan.transaction_pairs + 1):
+        print(f"with and without transactions, pair {n}, commit interval {interval:g} s")
+        with_ = await run_worker(plan.bootstrap, plan.records, interval, plan.timeout)
         without = await run_worker(
-            bootstrap, records, at_max.commit_interval, timeout, transactions=False
+            plan.bootstrap, plan.records, interval, plan.timeout, transactions=False
         )
         results.transaction_pairs.append((with_, without))
-    if profile_to is not None:
-        print(f"pairstream under py-spy, commit interval {at_max.commit_interval:g} s ...")
+
+
+async def profiled(plan: Plan, results: Results) -> None:
+    if plan.profile_to is not None:
+        print(f"pairstream under py-spy, commit interval {plan.intervals[-1]:g} s ...")
         results.profiled = await run_worker(
-            bootstrap, records, at_max.commit_interval, timeout, profile_to
+            plan.bootstrap, plan.records, plan.intervals[-1], plan.timeout, plan.profile_to
         )
-    for count in workers:
-        print(f"{count} worker(s), commit interval {at_max.commit_interval:g} s ...", flush=True)
+
+
+async def workers(plan: Plan, results: Results) -> None:
+    interval = plan.intervals[-1]
+    for count in plan.workers:
+        print(f"{count} worker(s), commit interval {interval:g} s ...", flush=True)
         results.workers.append(
-            await run_workers(bootstrap, records, at_max.commit_interval, count, timeout)
+            await run_workers(plan.bootstrap, plan.records, interval, count, plan.timeout)
         )
+
+
+async def peer_and_ceiling(plan: Plan, results: Results) -> None:
     source = f"bench-input-{uuid.uuid4().hex[:8]}"
-    await pre_produce(bootstrap, source, records)
-    for interval in intervals:
+    await pre_produce(plan.bootstrap, source, plan.records)
+    for interval in plan.intervals:
         print(f"Quix Streams, commit interval {interval:g} s ...", flush=True)
-        results.quix.append(await run_quix(bootstrap, source, records, interval, timeout))
+        results.quix.append(
+            await run_quix(plan.bootstrap, source, plan.records, interval, plan.timeout)
+        )
     for transactional, batched in ((True, False), (False, False), (True, True)):
         print(f"ceiling, transactions {transactional}, batched {batched} ...", flush=True)
         results.ceiling.append(
             await consume_produce(
-                bootstrap, source, len(records), transactional, CEILING_COMMIT_INTERVAL, batched
+                plan.bootstrap, source, len(plan.records), transactional,
+                CEILING_COMMIT_INTERVAL, batched,
             )
-        )
-    for count in pending:
+        )  # fmt: skip
+
+
+async def restarts(plan: Plan, results: Results) -> None:
+    for count in plan.pending:
         print(f"restart with {count:,} keys pending ...", flush=True)
-        results.restart.append(await run_restart(bootstrap, count, timeout))
+        results.restart.append(await run_restart(plan.bootstrap, count, plan.timeout))
+
+
+PARTS: list[Part] = [
+    throughput_and_latency, transactions, profiled, workers, peer_and_ceiling, restarts
+]  # fmt: skip
+
+
+def measure(plan: Plan, side_by_side: bool) -> Results:
+    """Every part of the suite, one after the other; or `side_by_side`, each in a process
+    of its own (a smoke run: its figures then say nothing about speed, and it is over in
+    a fraction of the time). Each part gives its runs their own topics and state."""
+    print("the rules and codecs alone ...", flush=True)
+    rules_only = run_rules_only(plan.records, INPUT_PARTITIONS)
+    if side_by_side:
+        with ProcessPoolExecutor(
+            len(PARTS), mp_context=multiprocessing.get_context("fork")
+        ) as pool:
+            parts = list(pool.map(run_part, PARTS, [plan] * len(PARTS)))
+    else:
+        parts = [run_part(part, plan) for part in PARTS]
+    results = Results(level_seconds=plan.level_seconds, rules_only=rules_only)
+    results.side_by_side = side_by_side
+    for part in parts:
+        results.add(part)
+    return results
+
+
+def run_part(part: Part, plan: Plan) -> Results:
+    results = Results(level_seconds=plan.level_seconds)
+    asyncio.run(part(plan, results))
     return results
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
-        "--smoke", action="store_true", help="a few seconds: 3,000 events, 1 s commits"
+        "--smoke",
+        action="store_true",
+        help="every measurement once, small, side by side: 3,000 events, 1 s commits",
     )
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument(
@@ -120,21 +187,19 @@ def main(argv: list[str] | None = None) -> None:
         nodes = broker.cluster(1, 9092)
         broker.start(nodes, timeout=120)
         args.bootstrap = broker.bootstrap_servers(nodes)
-    timeout = 120 if args.smoke else 3600
-    results = asyncio.run(
-        measure(
-            args.bootstrap,
-            events,
-            intervals,
-            loads,
-            level_seconds,
-            pending,
-            1 if args.smoke else 3,
-            [2] if args.smoke else [1, 2],
-            timeout,
-            args.profile,
-        )
+    plan = Plan(
+        args.bootstrap,
+        workload(events),
+        intervals,
+        loads,
+        level_seconds,
+        pending,
+        1 if args.smoke else 3,
+        [2] if args.smoke else [1, 2],
+        120 if args.smoke else 3600,
+        args.profile,
     )
+    results = measure(plan, side_by_side=args.smoke)
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
     # What was written by hand below the marker (the reading of the figures) stays.
     notes = args.out.read_text().partition(NOTES)[2] if args.out.exists() else "\n"

@@ -8,7 +8,7 @@ import os
 import platform
 import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from importlib.metadata import version
 
@@ -54,6 +54,16 @@ class Results:
     transaction_pairs: list[tuple[PairstreamResult, PairstreamResult]] = field(default_factory=list)
     rules_only: RulesOnlyResult | None = None  # the same workload, no Kafka, no faust
     workers: list[WorkersResult] = field(default_factory=list)  # one app, 1 and 2 workers
+    side_by_side: bool = False  # the parts ran at once (a smoke run): no speed to read
+
+    def add(self, part: Results) -> None:
+        """Take in what one part of the suite measured."""
+        for name in (f.name for f in fields(self)):
+            mine, theirs = getattr(self, name), getattr(part, name)
+            if isinstance(mine, list):
+                mine.extend(theirs)
+            elif mine is None:
+                setattr(self, name, theirs)
 
 
 def seconds(value: float | None) -> str:
@@ -142,6 +152,11 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
         "",
         f"Written by `{command}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. One run; figures from",
         "another machine, or from this one under other load, are not comparable.",
+        *(
+            ["", "The parts of this run ran side by side: its figures say nothing about speed."]
+            if results.side_by_side
+            else []
+        ),
         "",
         f"- Machine: {machine()}",
         f"- Python {platform.python_version()}, faust-streaming {version('faust-streaming')},"
