@@ -49,7 +49,7 @@ async def offer(
     to the producer, by the first event's id. Each event goes to a partition at random, as
     aiokafka's partitioner sends a record with no key. What is due is handed over every
     `TICK`, in one batch per partition: through `send`, an await per record, the generator
-    took 40-58% of a core at 8,000 events/s, beside the worker on this machine's two."""
+    took 39-58% of a core at 8,000 events/s, beside the worker on this machine's two."""
     keys_per_second = rate / 2
     sent: dict[str, float] = {}
     sink = BatchedSink(producer, topic)
