@@ -142,8 +142,9 @@ def measure(plan: Plan, side_by_side: bool) -> Results:
             parts = list(pool.map(run_part, PARTS, [plan] * len(PARTS)))
     else:
         parts = [run_part(part, plan) for part in PARTS]
-    results = Results(level_seconds=plan.level_seconds, rules_only=rules_only)
-    results.side_by_side = side_by_side
+    results = Results(
+        level_seconds=plan.level_seconds, rules_only=rules_only, side_by_side=side_by_side
+    )
     for part in parts:
         results.add(part)
     return results
