@@ -236,6 +236,32 @@ class Worker:
         self.process.wait(timeout=120)
 
 
+def live_members(group: int) -> list[int]:
+    """Processes of a process group that still run (zombies left out: they write
+    nothing, and their reaping is up to whoever is PID 1)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # exited while we looked
+            continue
+        if fields[0] != "Z" and int(fields[2]) == group:
+            members.append(int(stat.parent.name))
+    return members
+
+
+def kill_group(process: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """SIGKILL a process started with `start_new_session` and everything it started,
+    and wait until none of it runs: a job's children (Spark's JVM) outlive a kill of
+    its Python process for a while, writing on."""
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while members := live_members(process.pid):
+        assert time.monotonic() < deadline, f"still running after SIGKILL: {members}"
+        time.sleep(0.05)  # polling /proc
+
+
 async def stop_workers(workers: list[Worker], grace: float = STOP_GRACE_SECONDS) -> None:
     """SIGTERM all at once, then SIGKILL what still runs after the grace period, as
     Kubernetes does: faust can hang on exit when a stop meets a rebalance (counted in

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from tests.integration.harness import (
     Pipeline,
     expected_total,
     free_port,
+    kill_group,
     read_partitions,
     wait_for_outputs,
 )
@@ -121,15 +121,16 @@ async def test_ingest_killed_mid_write_then_rerun_loses_and_duplicates_nothing(
     }
     command = [sys.executable, "-m", "analytics", "ingest"]
     log = (tmp_path / "ingest.log").open("wb")
-    job = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    job = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     events_log = lake / "bronze" / "events" / "_delta_log"
     deadline = time.monotonic() + 300
     while len(list(events_log.glob("*.json"))) < 3:  # killed after some commits, mid-run
         assert job.poll() is None, (tmp_path / "ingest.log").read_text()[-3000:]
         assert time.monotonic() < deadline, "ingest made no progress"
         await asyncio.sleep(0.05)  # polling the Delta log
-    job.send_signal(signal.SIGKILL)
-    job.wait()
+    kill_group(job)  # with its JVM, which otherwise commits on into the rerun's batches
     # The rerun takes the rest in one batch per topic: small batches were only needed
     # to have a kill land between commits. It runs in the tests' session: the killed
     # run was the CLI already, and a second cold JVM took 60-120 s of the test.
