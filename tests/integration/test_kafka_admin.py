@@ -159,12 +159,6 @@ async def test_committed_offsets_are_read_right_after_a_broker_restart(broker: s
         await producer.stop()
     committed = {tp: 200 + tp.partition for tp in tps}
 
-    nodes = broker_nodes()
-    local_broker.stop(nodes, hard=True)
-    # The look-ups start while the broker starts, and go out as soon as it takes
-    # connections: the window comes right after that.
-    restart = asyncio.ensure_future(asyncio.to_thread(local_broker.start, nodes, 180))
-
     async def look_up(checked: bool) -> dict[TopicPartition, int | None]:
         while True:
             consumer = AIOKafkaConsumer(bootstrap_servers=broker, group_id=group)
@@ -181,6 +175,19 @@ async def test_committed_offsets_are_read_right_after_a_broker_restart(broker: s
         finally:
             await consumer.stop()
 
+    # EndTxn returns once the commit is decided; the markers that make its offsets
+    # visible are written after it. Killed before them, the broker completes the commit
+    # only some time after its restart (a make test run read 190-193 here, from the
+    # transaction before).
+    deadline = time.monotonic() + 30
+    while await look_up(checked=False) != committed:
+        assert time.monotonic() < deadline, "the last transaction's offsets never showed"
+        await asyncio.sleep(0.1)  # polling the group's committed offsets
+    nodes = broker_nodes()
+    local_broker.stop(nodes, hard=True)
+    # The look-ups start while the broker starts, and go out as soon as it takes
+    # connections: the window comes right after that.
+    restart = asyncio.ensure_future(asyncio.to_thread(local_broker.start, nodes, 180))
     ours, plain = await asyncio.gather(look_up(checked=True), look_up(checked=False))
     await restart
     assert ours == committed
