@@ -9,8 +9,10 @@
 So every record an event causes is sent, from its partition task's outbox, into
 the transaction of the event's *source* partition, and the event is acked in the
 same critical section (app/step.py). A commit takes the locks of the partitions it
-commits, so a transaction always holds every record of an event together with its offset, or
-none of them. The consumer keeps the registry of partition tasks.
+commits while it takes their offsets, so a transaction always holds every record of an
+event together with its offset, or none of them; while the transactions commit, steps
+go on held, and their records go into the next ones. The consumer keeps the registry of
+partition tasks.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from app import eager, internals, predecessor
 from app.commit_schedule import CommitSchedule
 from app.kafka_admin import committed_records_between, last_committed_records
 from app.outbox import send_in_transaction, transactional_id
-from app.partition_tasks import PartitionTasks
+from app.outbox_sends import send_held
+from app.partition_tasks import PartitionTask, PartitionTasks
 from app.runs import in_runs
 from app.settings import settings
 
@@ -145,23 +148,44 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         return WaitResults([handover], [started.result], False)
 
     async def _commit_tps(self, tps: Any, start_new_transaction: bool) -> bool:
+        # The partitions' steps are held only while the transactions commit: from after
+        # their offsets and before-commit records are taken (`_commit_offsets`) until
+        # the next transactions have begun, when what the steps held is sent into them.
         tps = list(tps)
-        async with self.tasks.locked(tps):
+        async with self.tasks.committing(tps) as tasks:
             before = {tp: internals.committed_offset(self, tp) for tp in tps}
-            result: bool = await super()._commit_tps(tps, start_new_transaction)
+            try:
+                result: bool = await super()._commit_tps(tps, start_new_transaction)
+            except Exception as exc:
+                await self._crash_if_held(tasks, exc)
+                raise
+            held = [task for task in tasks if task.committing]
+            await self.tasks.stop_steps(held)
             if result:
-                for tp in tps:
-                    task = self.tasks.get(tp)
-                    if task is not None:
+                for task in tasks:
+                    if task not in held:  # else cleared when let go; held steps wish anew
                         task.commit_due = None
                 moved = [tp for tp in tps if internals.committed_offset(self, tp) != before[tp]]
+                # Before the held writes are sent: they are in no committed transaction.
                 self.tasks.local_state.committed(set(moved))
                 self.tasks.stats.committed(moved, time.time())
                 if moved and self.tasks.commit_listeners:
                     offsets = {tp: internals.committed_offset(self, tp) or 0 for tp in moved}
                     for listener in self.tasks.commit_listeners:
                         listener(offsets)
+            try:
+                for task in held:
+                    await send_held(self.app, self.tasks.stats, task)
+            except Exception as exc:
+                await self._crash_if_held(tasks, exc)
+                raise
             return result
+
+    async def _crash_if_held(self, tasks: list[PartitionTask], exc: Exception) -> None:
+        # What steps held cannot be sent (the tasks become `broken` as the commit ends):
+        # the restart processes them again from the committed offsets.
+        if any(task.held for task in tasks):
+            await self.app.crash(exc)
 
     @Service.task
     async def _commit_handler(self) -> None:
@@ -213,6 +237,8 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
             records = hook(task)
             if records:
                 await send_in_transaction(self.app, tp, records)
+        if start_new_transaction:  # else no transaction would take what steps held
+            self.tasks.let_steps_go(offsets)
         committed: bool = await super()._commit_offsets(offsets, start_new_transaction)
         return committed
 
@@ -227,7 +253,10 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         for hook in self.tasks.revoke_hooks:
             await hook(set(self.assignment()))  # delivery: let calls in flight be logged
         try:
-            await super().commit_and_end_transactions()
+            # Not faust's commit(), which skips when a commit is in flight: what that
+            # one's steps held would then wait in an open transaction for the broker to
+            # abort it, and be processed again after the restart.
+            await self.force_commit(start_new_transaction=False)
         except IllegalOperation as exc:
             # The second time, faust sometimes still finds offsets to commit for a
             # transaction the first time ended. Raised, this stopped the consumer's
@@ -344,7 +373,8 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         # (docs/exactly-once.md, 13, 14 and 19); the last made commits move one offset
         # at a time, and the partition's next owner processed thousands of records again.
         task = self.tasks.get(tp)
-        reached = task.offsets.next if task is not None else None
+        # (Never with steps held: their records are in no transaction yet.)
+        reached = task.offsets.next if task is not None and not task.broken else None
         if reached is None:
             return None
         internals.forget_acks_below(self, tp, reached)

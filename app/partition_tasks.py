@@ -2,9 +2,13 @@
 and dropped on revocation (app/consumer.py keeps the registry up to date).
 
 A task owns where processing of its partition stands (`offsets`), its outbox, the
-table writes of its current step (`writes`), the lock between its steps and the commits
-of its transaction, and what the agent that consumes it keeps for the partition (its
-`processor`: ingest's event-time progress, pairing's rule engine over its state). The
+table writes of its current step (`writes`), the locks between its steps and the commits of its
+transaction, and what the agent that consumes it keeps for the partition (its
+`processor`: ingest's event-time progress, pairing's rule engine over its state).
+
+Steps go on while their partition's transaction commits (`committing`): they are acked,
+and their records and table writes wait in the outbox for the next transaction, which
+the commit sends them into once it has begun (app/step.py). The
 registry holds what the tasks share: the closing gate of a rebalance or stop, the table
 writes not yet committed (`local_state`), the commit hooks, and the worker's stats.
 """
@@ -30,7 +34,19 @@ MARKER_SLACK = 16
 
 
 class PartitionTask:
-    __slots__ = ("_processor", "commit_due", "lock", "offsets", "outbox", "tp", "writes")
+    __slots__ = (
+        "_processor",
+        "broken",
+        "commit_due",
+        "commit_lock",
+        "committing",
+        "held",
+        "lock",
+        "offsets",
+        "outbox",
+        "tp",
+        "writes",
+    )
 
     def __init__(self, tp: TP, local_state: LocalState) -> None:
         self.tp = tp
@@ -38,10 +54,21 @@ class PartitionTask:
         self.outbox = Outbox()
         self.writes = StepWrites(tp, local_state)
         # Held by a step from its start until its ack, and by a commit of this
-        # partition from choosing its offset until its transaction is committed. Per
-        # partition: a commit of some partitions (ingest's handoff) leaves the others'
-        # steps going.
+        # partition while it takes its offset and its before-commit records, and again
+        # while it sends the held records. Per partition: a commit of some partitions
+        # (ingest's handoff) leaves the others' steps going.
         self.lock = asyncio.Lock()
+        # Held by a commit of this partition from start to end: one at a time.
+        self.commit_lock = asyncio.Lock()
+        # The transaction is committing with the offset taken: steps are held.
+        self.committing = False
+        # Records processed by held steps (a run counts its records); 0 outside a
+        # commit, unless it failed (`broken`).
+        self.held = 0
+        # What steps held cannot reach a transaction (a held step or the commit failed;
+        # their records are mixed): nothing more of the partition may be committed, and
+        # the worker crashes.
+        self.broken = False
         self._processor: object | None = None
         # Wall clock by which the open transaction should commit, so that what it
         # carries is visible within a commit interval of its input (None: no such wish).
@@ -121,15 +148,45 @@ class PartitionTasks:
         return iter(list(self._by_tp.values()))
 
     @asynccontextmanager
-    async def locked(self, tps: Iterable[TP]) -> AsyncIterator[None]:
-        """Hold the locks of the tasks of `tps` (a commit of them). Always taken in the
-        same order, and a step holds one only, so two commits cannot deadlock."""
+    async def committing(self, tps: Iterable[TP]) -> AsyncIterator[list[PartitionTask]]:
+        """Hold the tasks of `tps` for a commit of them: their commit locks throughout,
+        and their step locks except between `let_steps_go` and `stop_steps`. Each kind
+        is taken in the same order, and a step holds one step lock only, so two commits
+        cannot deadlock."""
+        tasks = [task for tp in sorted(set(tps)) if (task := self._by_tp.get(tp)) is not None]
         async with AsyncExitStack() as held:
-            for tp in sorted(set(tps)):
-                task = self._by_tp.get(tp)
-                if task is not None:
-                    await held.enter_async_context(task.lock)
-            yield
+            for task in tasks:
+                await held.enter_async_context(task.commit_lock)
+            for task in tasks:
+                await task.lock.acquire()
+                held.callback(self._release_steps, task)
+            yield tasks
+
+    @staticmethod
+    def _release_steps(task: PartitionTask) -> None:
+        if task.held:  # not sent: the commit failed or was cancelled
+            task.broken = True
+        if task.committing:  # let go and not taken back: a step may hold the lock now
+            task.committing = False
+        else:
+            task.lock.release()
+
+    def let_steps_go(self, tps: Iterable[TP]) -> None:
+        """The offsets and before-commit records of `tps` are taken, and their
+        transactions are about to commit: their steps may go on, held."""
+        for tp in tps:
+            task = self._by_tp.get(tp)
+            if task is not None and task.commit_lock.locked() and not task.committing:
+                task.committing = True
+                task.commit_due = None  # held steps may wish again, for the next one
+                task.lock.release()
+
+    async def stop_steps(self, tasks: Iterable[PartitionTask]) -> None:
+        """Take back the step locks `let_steps_go` released (in the same order)."""
+        for task in tasks:
+            if task.committing:
+                await task.lock.acquire()
+                task.committing = False
 
     async def steps_done(self) -> None:
         """Once `closing` is set no step starts, and every step already started holds

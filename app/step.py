@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,7 +18,8 @@ from faust.types import EventT
 
 from app import internals
 from app.faust_app import PairstreamApp
-from app.outbox import send_in_transaction
+from app.outbox import DeliveryFailed
+from app.outbox_sends import send_outbox
 from app.partition_tasks import PartitionTask
 
 log = logging.getLogger(__name__)
@@ -29,36 +29,53 @@ log = logging.getLogger(__name__)
 async def exactly_once(
     app: PairstreamApp, event: EventT[Any], records: int = 1
 ) -> AsyncIterator[PartitionTask]:
-    """The event's partition task, its outbox empty, under the task's lock; on a clean
-    exit the outbox is sent into the event's transaction and the event acked, with no
-    commit between. An event may stand for several `records` (a run, app/runs.py):
-    its offset is that of the last.
+    """The event's partition task, under the task's lock; on a clean exit the outbox is
+    sent into the event's transaction and the event acked, with no commit between. An
+    event may stand for several `records` (a run, app/runs.py): its offset is that of
+    the last.
 
     The lock is held from the start: a commit (which takes it) must not fall between
     the body and its sends. Its hooks read what the body changed (ingest's progress),
     and would tell the keyed partitions of events that are not in the transaction
     yet: with a run's worth of progress told ahead of its events, pairing's watermark
     passed them and closed their keys before they came (a development run: 415 of
-    100,000 events late, 2,808 expired instead of about 2,500)."""
+    100,000 events late, 2,808 expired instead of about 2,500).
+
+    While the partition's transaction commits, a step is held: acked, its records and
+    table writes left in the outbox after those of the steps held before it, for the
+    commit to send into the next transaction (app/outbox_sends.py). A held step does not
+    await, so only an error can cut it off; its records are then mixed with the other
+    held ones, and the worker crashes with none of them committed."""
     tasks = app.partition_tasks
-    tp = event.message.tp
-    task = tasks.get(tp)
+    message = event.message
+    task = tasks.get(message.tp)
     assert task is not None  # events_once yields only events of assigned partitions
-    outbox = task.outbox  # empty: every step clears it on the way out
     async with task.lock:
+        if task.broken:
+            raise DeliveryFailed(f"{task.tp}: a step failed while others were held")
+        if task.committing:
+            try:
+                yield task
+            except BaseException as exc:
+                task.broken = True
+                app.add_future(app.crash(exc))
+                raise
+            event.ack()
+            task.offsets.processed(message.offset)
+            task.held += records
+            return
         sent = False
         try:
             yield task
-            task.writes.sent(await send_in_transaction(app, tp, outbox.records))
+            await send_outbox(app, tasks.stats, task, records)
             sent = True
             event.ack()
-            task.offsets.processed(event.message.offset)
-            tasks.stats.processed(tp, outbox.counts, time.time(), records)
+            task.offsets.processed(message.offset)
         finally:
-            outbox.clear()
             if not sent:
                 # A step cut off: its writes are in no transaction, and the processor's
                 # memory of them (pairing's indexes and recent states) must go too.
+                task.outbox.clear()
                 task.writes.discard()
                 task.forget_processor()
 

@@ -1,11 +1,15 @@
-"""A commit holds the locks of the partitions it commits: it waits for a step of one of
-them to be acked, and steps of the other partitions go on meanwhile (ingest's handoff
-commits do not hold pairing up). The real step and consumer, with the sends and
-faust's own commit replaced."""
+"""A commit holds the steps of the partitions it commits while it takes their offsets,
+and lets them go on, held, while their transactions commit: it waits for a step of one
+of them to be acked, steps of the other partitions go on throughout (ingest's handoff
+commits do not hold pairing up), and what held steps send goes into the next
+transaction. The real step and consumer, with the sends and faust's own commit
+replaced."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -13,9 +17,10 @@ import pytest
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from app import step
+from app import outbox_sends, step
 from app.faust_app import app
-from app.partition_tasks import PartitionTasks
+from app.outbox import DeliveryFailed
+from app.partition_tasks import PartitionTask, PartitionTasks
 
 INGEST, KEYED = TP("events", 0), TP("keyed", 0)
 
@@ -26,6 +31,7 @@ class Steps:
     def __init__(self) -> None:
         self.held: dict[TP, asyncio.Event] = {}
         self.acked: list[tuple[TP, int]] = []
+        self.sent: list[tuple[TP, list[bytes | None]]] = []  # the values, per send
 
     def hold(self, tp: TP) -> None:
         self.held[tp] = asyncio.Event()
@@ -36,13 +42,22 @@ class Steps:
     async def send(self, _: Any, tp: TP, records: list[Any]) -> list[Any]:
         if tp in self.held:
             await self.held[tp].wait()
-        return []
+        self.sent.append((tp, [value for _, _, value, _ in records]))
+        return [None] * len(records)  # deliveries, as local state keeps them
 
-    async def run(self, tp: TP, offset: int) -> None:
+    def ack(self, tp: TP, offset: int) -> None:
+        self.acked.append((tp, offset))
+        app.consumer._acked[tp].append(offset)  # what faust picks partitions to commit by
+
+    async def run(
+        self, tp: TP, offset: int, body: Callable[[PartitionTask], None] | None = None
+    ) -> None:
         message = SimpleNamespace(tp=tp, offset=offset)
-        event: Any = SimpleNamespace(message=message, ack=lambda: self.acked.append((tp, offset)))
+        event: Any = SimpleNamespace(message=message, ack=lambda: self.ack(tp, offset))
         async with step.exactly_once(app, event) as task:
-            task.outbox.send("out", None, b"x", None)
+            task.outbox.send("out", None, b"%d" % offset, None)
+            if body is not None:
+                body(task)
 
 
 async def settle() -> None:
@@ -50,49 +65,177 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def test_a_commit_waits_for_its_partitions_steps_only(
-    own_tasks: PartitionTasks, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    steps = Steps()
-    committing: list[list[TP]] = []
-    commit_done = asyncio.Event()
+class FaustCommit:
+    """faust's commit of offsets, replaced: it stays in flight until `done`, and then
+    ends as `outcome` says."""
 
-    async def faust_commit(_: Any, tps: Any, start_new_transaction: bool) -> bool:
-        committing.append(sorted(tps))
-        await commit_done.wait()
-        return False
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.committing: list[dict[TP, int]] = []
+        self.done = asyncio.Event()
+        self.fails: Exception | None = None
+        self.crashes: list[BaseException] = []
+        monkeypatch.setattr(faust_aiokafka.Consumer, "_commit_offsets", self.commit)
+        monkeypatch.setattr(app.consumer, "assignment", lambda: {INGEST, KEYED})
+        monkeypatch.setattr(app, "crash", self.crash)
+        monkeypatch.setattr(app, "add_future", asyncio.ensure_future)  # on this test's loop
 
-    monkeypatch.setattr(step, "send_in_transaction", steps.send)
-    monkeypatch.setattr(faust_aiokafka.Consumer, "_commit_tps", faust_commit)
+    async def commit(self, offsets: Any, start_new_transaction: bool = True) -> bool:
+        self.committing.append(dict(offsets))
+        await self.done.wait()
+        if self.fails is not None:
+            raise self.fails
+        app.consumer._committed_offset.update(offsets)
+        return True
+
+    async def crash(self, reason: BaseException) -> None:
+        self.crashes.append(reason)
+
+
+@pytest.fixture
+def steps(own_tasks: PartitionTasks, monkeypatch: pytest.MonkeyPatch) -> Steps:
+    found = Steps()
+    monkeypatch.setattr(outbox_sends, "send_in_transaction", found.send)
+    # faust's own bookkeeping of acks and commits, for this test alone
+    monkeypatch.setattr(app.consumer, "_acked", defaultdict(list))
+    monkeypatch.setattr(app.consumer, "_acked_index", defaultdict(set))
+    monkeypatch.setattr(app.consumer, "_committed_offset", defaultdict(lambda: None))
     own_tasks.assigned({INGEST, KEYED})
+    for tp in (INGEST, KEYED):
+        app.consumer._committed_offset[tp] = 0
+        task = own_tasks.get(tp)
+        assert task is not None
+        task.offsets.sought_to_committed(0)
+    return found
 
+
+def commit_of(tps: list[TP]) -> asyncio.Future[bool]:
+    return asyncio.ensure_future(app.consumer._commit_tps(tps, True))
+
+
+async def test_steps_go_on_held_while_their_transaction_commits(
+    steps: Steps, own_tasks: PartitionTasks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    faust = FaustCommit(monkeypatch)
     steps.hold(INGEST)
-    ingest_step = asyncio.ensure_future(steps.run(INGEST, 1))
+    ingest_step = asyncio.ensure_future(steps.run(INGEST, 0))
     await settle()
-    commit = asyncio.ensure_future(app.consumer._commit_tps([INGEST], True))
+    commit = commit_of([INGEST])
     await settle()
-    assert committing == []  # an ingest step is between its send and its ack
+    assert faust.committing == []  # an ingest step is between its send and its ack
     steps.release(INGEST)
     await settle()
-    assert ingest_step.done() and steps.acked == [(INGEST, 1)]
-    assert committing == [[INGEST]]
+    assert ingest_step.done() and steps.acked == [(INGEST, 0)]
+    assert faust.committing == [{INGEST: 1}]
 
-    # The ingest commit is in flight: a pairing step goes on, an ingest step waits.
-    await asyncio.wait_for(steps.run(KEYED, 7), timeout=5)
-    later_ingest_step = asyncio.ensure_future(steps.run(INGEST, 2))
+    # The ingest transaction commits: an ingest step goes on, acked, its records and
+    # table writes held; a pairing step goes on as ever.
+    local = own_tasks.local_state.partition(SimpleNamespace(name="table"), 0)
+
+    def write(task: PartitionTask) -> None:
+        task.writes.stage(local, b"k", b"v", len(task.outbox.records))
+        task.outbox.send("table-changelog", b"k", b"v", 0)
+
+    await asyncio.wait_for(steps.run(INGEST, 1, write), timeout=5)
+    await asyncio.wait_for(steps.run(KEYED, 0), timeout=5)
+    assert steps.acked == [(INGEST, 0), (INGEST, 1), (KEYED, 0)]
+    assert steps.sent == [(INGEST, [b"0"]), (KEYED, [b"0"])]
+    faust.done.set()
+    assert await asyncio.wait_for(commit, timeout=5)
+    # Into the next transaction, which this commit did not take the held offset for;
+    # the held write waits for it in local state (RocksDB has committed writes only).
+    assert steps.sent[-1] == (INGEST, [b"1", b"v"])
+    assert local.uncommitted == {b"k": b"v"}
+    assert app.consumer._committed_offset[INGEST] == 1
+    assert app.consumer._new_offset(INGEST) == 2
+    assert not faust.crashes
+
+
+async def test_a_held_step_s_wish_to_commit_outlives_the_commit(
+    steps: Steps, own_tasks: PartitionTasks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    faust = FaustCommit(monkeypatch)
+    await steps.run(KEYED, 0, lambda task: task.due_by(10.0))
+    commit = commit_of([KEYED])
     await settle()
-    assert steps.acked == [(INGEST, 1), (KEYED, 7)]
-    commit_done.set()
-    await asyncio.wait_for(asyncio.gather(commit, later_ingest_step), timeout=5)
-    assert steps.acked[-1] == (INGEST, 2)
+    await steps.run(KEYED, 1, lambda task: task.due_by(20.0))  # held
+    faust.done.set()
+    await asyncio.wait_for(commit, timeout=5)
+    assert own_tasks.earliest_commit_due() == 20.0  # the wish of the held step only
+
+
+async def _a_held_step_fails(steps: Steps, faust: FaustCommit) -> None:
+    def fail(_: PartitionTask) -> None:
+        raise ValueError("a rule failed")
+
+    with pytest.raises(ValueError):
+        await steps.run(KEYED, 2, fail)
+    faust.done.set()
+
+
+async def _the_commit_fails(steps: Steps, faust: FaustCommit) -> None:
+    faust.fails = RuntimeError("the transaction could not commit")
+    faust.done.set()
+
+
+FAILURES: dict[str, Callable[[Steps, FaustCommit], Awaitable[None]]] = {
+    "a held step fails": _a_held_step_fails,
+    "the commit fails": _the_commit_fails,
+}
+
+
+@pytest.mark.parametrize("failure", FAILURES)
+async def test_what_steps_held_is_never_committed_without_them_all(
+    failure: str, steps: Steps, own_tasks: PartitionTasks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held records of several steps are mixed in the outbox: if any of them fails, or
+    the commit does, none of them may reach a transaction, nor their offsets a commit;
+    the worker crashes, and the restart processes them again."""
+    faust = FaustCommit(monkeypatch)
+    await steps.run(KEYED, 0)
+    commit = commit_of([KEYED])
+    await settle()
+    await steps.run(KEYED, 1)  # held
+    await FAILURES[failure](steps, faust)
+    await asyncio.wait([commit], timeout=5)  # it ends, with faust's error if that failed
+    await settle()
+    assert commit.done()
+    task = own_tasks.get(KEYED)
+    assert task is not None and task.broken
+    assert steps.sent == [(KEYED, [b"0"])]
+    assert len(faust.crashes) == 1
+    assert app.consumer._new_offset(KEYED) is None
+    with pytest.raises(DeliveryFailed):
+        await steps.run(KEYED, 3)
+    assert (KEYED, 3) not in steps.acked
+
+
+async def test_a_stop_commits_what_a_commit_in_flight_held(
+    steps: Steps, own_tasks: PartitionTasks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    faust = FaustCommit(monkeypatch)
+    new_transactions: list[bool] = []
+
+    async def commit(_: Any, offsets: Any, start_new_transaction: bool = True) -> bool:
+        new_transactions.append(start_new_transaction)
+        return await faust.commit(offsets, start_new_transaction)
+
+    monkeypatch.setattr(faust_aiokafka.Consumer, "_commit_offsets", commit)
+    await steps.run(KEYED, 0)
+    in_flight = asyncio.ensure_future(app.consumer.commit())
+    await settle()
+    await steps.run(KEYED, 1)  # held
+    stop = asyncio.ensure_future(app.consumer.commit_and_end_transactions())
+    await settle()
+    faust.done.set()
+    await asyncio.wait_for(asyncio.gather(in_flight, stop), timeout=5)
+    assert faust.committing == [{KEYED: 1}, {KEYED: 2}]
+    assert new_transactions == [True, False]
+    assert steps.sent == [(KEYED, [b"0"]), (KEYED, [b"1"])]
 
 
 async def test_closing_waits_for_the_steps_of_every_partition(
-    own_tasks: PartitionTasks, monkeypatch: pytest.MonkeyPatch
+    steps: Steps, own_tasks: PartitionTasks
 ) -> None:
-    steps = Steps()
-    monkeypatch.setattr(step, "send_in_transaction", steps.send)
-    own_tasks.assigned({INGEST, KEYED})
     steps.hold(KEYED)
     keyed_step = asyncio.ensure_future(steps.run(KEYED, 3))
     await settle()
@@ -111,7 +254,7 @@ async def test_a_step_s_body_runs_only_between_commits(
     while a commit held the lock would have its progress told in that commit's
     transaction, ahead of its events."""
     steps = Steps()
-    monkeypatch.setattr(step, "send_in_transaction", steps.send)
+    monkeypatch.setattr(outbox_sends, "send_in_transaction", steps.send)
     own_tasks.assigned({INGEST})
     task = own_tasks.get(INGEST)
     assert task is not None
@@ -160,7 +303,7 @@ async def test_a_step_cut_off_takes_its_processor_with_it(
         pass
 
     steps = Steps()
-    monkeypatch.setattr(step, "send_in_transaction", steps.send)
+    monkeypatch.setattr(outbox_sends, "send_in_transaction", steps.send)
     own_tasks.assigned({KEYED})
 
     def event(offset: int) -> Any:

@@ -1,0 +1,30 @@
+"""Sending a partition task's outbox into the open transaction of its partition: after
+each step, and, for the steps held while that transaction committed, once the next one
+has begun (app/step.py, app/consumer.py)."""
+
+from __future__ import annotations
+
+import time
+
+from faust.types import AppT
+
+from app.outbox import send_in_transaction
+from app.partition_tasks import PartitionTask
+from app.stats import Stats
+
+
+async def send_outbox(app: AppT, stats: Stats, task: PartitionTask, records: int) -> None:
+    """Send the outbox, and count what it carries: a step's `records`, and those of the
+    held steps before it."""
+    outbox = task.outbox
+    task.writes.sent(await send_in_transaction(app, task.tp, outbox.records))
+    stats.processed(task.tp, outbox.counts, time.time(), records + task.held)
+    task.held = 0
+    outbox.clear()
+
+
+async def send_held(app: AppT, stats: Stats, task: PartitionTask) -> None:
+    """Send what steps held while the partition's transaction committed; the next
+    transaction has begun, and the caller holds the task's lock again."""
+    if task.held and not task.broken:
+        await send_outbox(app, stats, task, 0)
