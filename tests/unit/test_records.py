@@ -1,6 +1,7 @@
 import base64
 import json
 from decimal import Decimal
+from typing import Any
 
 from pairing.events import Event, parse_event
 from pairing.records import (
@@ -47,34 +48,63 @@ def test_keyed_event_round_trips() -> None:
     assert isinstance(event, Event)
     keyed = decode_keyed_event(encode_keyed_event(event, raw, SOURCE, event.time_us + 5))
     assert keyed.event == event
-    assert keyed.raw == raw.decode()
+    assert keyed.raw == raw
     assert keyed.source == SOURCE
     assert keyed.progress_us == event.time_us + 5
+
+
+def test_keyed_event_with_newlines_in_its_fields_and_input_round_trips() -> None:
+    raw = b'{"id":"a\\nb",\n "type":"A","timestamp":"2024-02-09 21:00:00","value":1}\n'
+    event = parse_event(raw, 4096)
+    assert isinstance(event, Event) and event.id == "a\nb"
+    keyed = decode_keyed_event(encode_keyed_event(event, raw, SOURCE, event.time_us))
+    assert (keyed.event, keyed.raw, keyed.source) == (event, raw, SOURCE)
+
+
+def keyed_object(event: Event, raw: bytes, value: dict[str, Any], source: list[Any]) -> bytes:
+    """A keyed event as versions before the array wrote it: one JSON object."""
+    return dumps(
+        {
+            "type": event.type,
+            "key": event.key,
+            "time_us": event.time_us,
+            **value,
+            "id": event.id,
+            "identity": event.identity,
+            "raw": raw.decode(),
+            "source": source,
+            "progress": event.time_us + 1,
+        }
+    )
+
+
+def test_keyed_event_written_as_one_json_object_still_reads() -> None:
+    raw = b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":2.50,"id":"a1"}'
+    event = parse_event(raw, 4096)
+    assert isinstance(event, Event)
+    source = [SOURCE.topic, SOURCE.partition, SOURCE.offset, SOURCE.timestamp_ms]
+    keyed = decode_keyed_event(keyed_object(event, raw, {"value_text": "2.50"}, source))
+    assert (keyed.event, keyed.raw, keyed.source, keyed.progress_us) == (
+        event,
+        raw,
+        SOURCE,
+        event.time_us + 1,
+    )
+    assert keyed.event.value == Decimal("2.50")
 
 
 def test_keyed_event_written_with_the_value_as_a_number_still_reads_exactly() -> None:
     raw = b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":0.10000000000000000001}'
     event = parse_event(raw, 4096)
     assert isinstance(event, Event)
-    before = dumps(
-        {
-            "type": event.type,
-            "key": event.key,
-            "time_us": event.time_us,
-            "value": event.value,
-            "id": event.id,
-            "identity": event.identity,
-            "raw": raw.decode(),
-            "source": [SOURCE.topic, SOURCE.partition, SOURCE.offset],
-            "progress": event.time_us,
-        }
-    )
+    source = [SOURCE.topic, SOURCE.partition, SOURCE.offset]
+    before = keyed_object(event, raw, {"value": event.value}, source)
     keyed = decode_keyed_event(before)
     assert keyed.event == event and keyed.event.value == Decimal("0.10000000000000000001")
     # Written before the input's timestamp was carried: read without one.
     assert keyed.source == Source(SOURCE.topic, SOURCE.partition, SOURCE.offset, None)
-    old_source = keyed.source
-    assert decode_keyed_event(encode_keyed_event(event, raw, old_source, event.time_us)) == keyed
+    again = encode_keyed_event(event, raw, keyed.source, keyed.progress_us)
+    assert decode_keyed_event(again) == keyed
 
 
 def test_watermark_record_and_clock_round_trip() -> None:
