@@ -126,6 +126,11 @@ class Settings(BaseSettings):
         " to measure what transactions cost; after a crash outputs can repeat",
     )
     standby_replicas: int = Field(0, ge=0, description="warm copies of each table partition")
+    event_loop: Literal["uvloop", "aio"] = Field(
+        "uvloop",
+        description="a worker's event loop: uvloop, or asyncio's own (aio), slower in its"
+        " loop and socket transports (docs/BENCHMARKS.md); faust's `-L` is overridden",
+    )
     gc_thresholds: tuple[int, int, int] = Field(
         (100_000, 50, 100),
         description="Python's garbage collector thresholds (gc.set_threshold) in a worker,"

@@ -7,6 +7,7 @@ rule engines.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import resource
 import time
@@ -56,6 +57,7 @@ def worker_status() -> dict[str, Any]:
         "worker": {
             "url": str(app.conf.canonical_url),
             "uptime_seconds": round(now - stats.started_at, 3),
+            "event_loop": _event_loop(),
             "recovering": bool(app.in_recovery),
             "resident_memory_bytes": _resident_memory(),
             "state_disk_bytes": _disk_usage(Path(app.conf.tabledir)),
@@ -71,6 +73,12 @@ def worker_status() -> dict[str, Any]:
     if app.delivery is not None:
         status["delivery"] = delivery_status()
     return status
+
+
+def _event_loop() -> str:
+    """The running loop's class, as `module.Class`: `uvloop.Loop`, or asyncio's."""
+    loop_class = type(asyncio.get_running_loop())
+    return f"{loop_class.__module__}.{loop_class.__qualname__}"
 
 
 def delivery_status() -> dict[str, Any]:

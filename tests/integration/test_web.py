@@ -129,6 +129,7 @@ async def test_stats_add_up_to_what_was_produced(one_worker: Processed) -> None:
             assert 0 <= p["pending"]["oldest_age_seconds"] <= conf.expiry_seconds
     worker = stats["worker"]
     assert worker["uptime_seconds"] > 0 and worker["resident_memory_bytes"] > 0
+    assert worker["event_loop"] == "uvloop.Loop"  # the default, chosen by the app
     assert worker["state_disk_bytes"] > 0
     assert set(worker["throughput"]) == {conf.events_topic, conf.keyed_topic}
 
