@@ -111,15 +111,17 @@ async def ingest(stream: Any) -> None:
             outbox = task.outbox
             source = task.processor(SourceProgress, load_source)
             stored = source.progress_us
+            # Counted once a run: a count a record was 1.7% of a worker's CPU.
+            outbox.count("events_in", len(records))
+            rejected = 0
             for record in records:
                 raw: bytes | None = record.value
                 record_source = Source(
                     record.topic, record.partition, record.offset, record.timestamp
                 )
-                outbox.count("events_in")
                 parsed = parse_event(raw, conf.max_event_bytes)
                 if isinstance(parsed, Rejection):
-                    outbox.count("dead_lettered")
+                    rejected += 1
                     outbox.send(
                         dlq_topic,
                         record.key,
@@ -128,7 +130,6 @@ async def ingest(stream: Any) -> None:
                     )
                     continue
                 assert raw is not None  # a valid event has a body
-                outbox.count("valid")
                 stamp = source.observe(parsed.time_us, now)
                 if source.must_announce:
                     # Newly assigned, or back from idle: ahead of its event, so that no
@@ -143,6 +144,9 @@ async def ingest(stream: Any) -> None:
                     encode_keyed_event(parsed, raw, record_source, stamp),
                     partition_for(parsed.key, conf.partitions),
                 )
+            outbox.count("valid", len(records) - rejected)
+            if rejected:
+                outbox.count("dead_lettered", rejected)
             if source.progress_us is not None and source.progress_us != stored:
                 # Once per run: the run commits as one, and a restart goes on from the
                 # progress of its last event.

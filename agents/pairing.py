@@ -89,6 +89,7 @@ async def pair(stream: Any) -> None:
             # and never later than by ingest's writing the run's first record.
             earliest_ms = records[0].timestamp
             produced = False
+            controls = 0  # watermarks and ticks: events_in counts the rest, once a run
             for record in records:
                 # Max wait's clock: when ingest (or the tick timer) wrote the record. On
                 # the wall clock a pairing stage that falls behind took its own lag for
@@ -99,14 +100,15 @@ async def pair(stream: Any) -> None:
                 assert value is not None  # written by ingest or the tick timer, never empty
                 keyed = None
                 if record.key == WATERMARK_KEY:
+                    controls += 1
                     outbox.count("watermarks")
                     outcomes: list[Outcome] = engine.observe(decode_watermark(loads(value)), now)
                     keyed_partition.state.set_clock(engine.clock)
                 elif value == TICK:
+                    controls += 1
                     outbox.count("ticks")
                     outcomes = engine.expire_waiting(now)
                 else:
-                    outbox.count("events_in")
                     keyed = decode_keyed_event(value)
                     sent = keyed.source.timestamp_ms
                     if sent is not None and 0 <= sent < earliest_ms:
@@ -115,6 +117,7 @@ async def pair(stream: Any) -> None:
                 if outcomes:
                     produced = True
                     publish(outcomes, keyed, outbox, paired_at)
+            outbox.count("events_in", len(records) - controls)
             if produced:
                 task.due_by(earliest_ms / 1000 + commit_lead)
 

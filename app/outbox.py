@@ -50,8 +50,8 @@ class Outbox:
     def send_all(self, records: list[Record]) -> None:
         self.records.extend(records)
 
-    def count(self, name: str) -> None:
-        self.counts[name] += 1
+    def count(self, name: str, n: int = 1) -> None:
+        self.counts[name] += n
 
     def clear(self) -> None:
         self.records.clear()
