@@ -114,31 +114,40 @@ class LocalState:
 class StepWrites:
     """The table writes of a partition task's current step."""
 
-    __slots__ = ("_staged", "local_state", "tp")
+    __slots__ = ("_last_record", "_staged", "local_state", "tp")
 
     def __init__(self, tp: TP, local_state: LocalState) -> None:
         self.tp = tp
         self.local_state = local_state
-        # (partition, key) -> (value, index of its changelog record in the outbox)
-        self._staged: dict[tuple[LocalPartition, bytes], tuple[Value, int]] = {}
+        # Per table partition: key -> value, and the index in the outbox of the last
+        # changelog record staged (records are staged in outbox order). Kept apart
+        # per partition so that `sent` hands each one's writes over in one update: a
+        # loop over (partition, key) pairs was 2.2% of a worker's CPU.
+        self._staged: dict[LocalPartition, dict[bytes, Value]] = {}
+        self._last_record: dict[LocalPartition, int] = {}
 
     def get(self, local: LocalPartition, key: bytes) -> Value:
-        staged = self._staged.get((local, key))
-        return local.get(key) if staged is None else staged[0]
+        staged = self._staged.get(local)
+        if staged is not None:
+            found = staged.get(key, _ABSENT)
+            if found is not _ABSENT:
+                return found  # type: ignore[return-value]  # a Value: _ABSENT is not stored
+        return local.get(key)
 
     def stage(self, local: LocalPartition, key: bytes, value: Value, record: int) -> None:
-        self._staged[(local, key)] = (value, record)
+        staged = self._staged.get(local)
+        if staged is None:
+            staged = self._staged[local] = {}
+        staged[key] = value
+        self._last_record[local] = record
 
     def sent(self, deliveries: Sequence[Delivery]) -> None:
         """The step's records are sent into its transaction (`deliveries` in outbox order)."""
-        last: dict[LocalPartition, int] = {}
-        for (local, key), (value, record) in self._staged.items():
-            local.uncommitted[key] = value
-            if record > last.get(local, -1):
-                last[local] = record
-        for local, record in last.items():
-            local.last_sent[self.tp] = deliveries[record]
-        self._staged.clear()
+        for local, staged in self._staged.items():
+            local.uncommitted.update(staged)
+            local.last_sent[self.tp] = deliveries[self._last_record[local]]
+        self.discard()
 
     def discard(self) -> None:
         self._staged.clear()
+        self._last_record.clear()

@@ -36,9 +36,9 @@ class FakeStore:
         return self._dbs[partition]
 
 
-def fake_table(path: Path) -> Any:
+def fake_table(path: Path, name: str = "state") -> Any:
     return SimpleNamespace(
-        name="state",
+        name=name,
         data=FakeStore(path),
         changelog_topic=SimpleNamespace(get_topic_name=lambda: "state-changelog"),
     )
@@ -88,6 +88,19 @@ async def test_writes_reach_rocksdb_after_their_transaction_commits(tmp_path: Pa
     assert db(table).get(b"k2") is None
     assert db(table).get(Store.offset_key) == b"42"  # the last changelog record's offset
     assert list(TableWriter(table, task).items()) == [(b"k1", b"v1")]
+
+
+async def test_a_step_writing_two_tables_persists_each_ones_last_offset(tmp_path: Path) -> None:
+    first, second = fake_table(tmp_path / "1", "first"), fake_table(tmp_path / "2", "second")
+    local_state = LocalState()
+    task = PartitionTask(A, local_state)
+    TableWriter(first, task).put(b"a", b"1")
+    TableWriter(second, task).put(b"b", b"2")
+    TableWriter(first, task).put(b"a", b"3")
+    step_sent(task, first_offset=10)  # offsets 10, 11, 12
+    local_state.committed({A})
+    assert (db(first).get(b"a"), db(first).get(Store.offset_key)) == (b"3", b"12")
+    assert (db(second).get(b"b"), db(second).get(Store.offset_key)) == (b"2", b"11")
 
 
 async def test_a_step_cut_off_leaves_nothing(tmp_path: Path) -> None:
