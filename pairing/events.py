@@ -108,7 +108,7 @@ def parse_event(raw: bytes | None, max_bytes: int) -> Event | Rejection:
         return Rejection(f"field 'value' is not a number: {value!r}")
     if isinstance(value, Decimal) and not value.is_finite():
         return Rejection(f"field 'value' is not finite: {value}")
-    if not _in_range(value):
+    if not _in_range(value, len(raw)):
         return Rejection(
             f"field 'value' is out of range: more than {MAX_DIGITS} digits"
             f" or a magnitude beyond 1e{MAX_EXPONENT}"
@@ -126,10 +126,18 @@ def parse_event(raw: bytes | None, max_bytes: int) -> Event | Rejection:
     return Event(event_type, key, time_us, value, event_id, identity)
 
 
-def _in_range(value: Number) -> bool:
+_INT_LIMIT: int = 10**MAX_DIGITS  # the least integer of more than MAX_DIGITS digits
+
+
+def _in_range(value: Number, record_bytes: int) -> bool:
+    """At most MAX_DIGITS digits and a magnitude within 1e±MAX_EXPONENT. A record of
+    `record_bytes` cannot spell a number of more digits: counting them (`as_tuple`) was
+    half of this check's 1.65 us, and most records are far shorter than MAX_DIGITS."""
     if isinstance(value, int):
-        return len(str(abs(value))) <= MAX_DIGITS
-    return len(value.as_tuple().digits) <= MAX_DIGITS and abs(value.adjusted()) <= MAX_EXPONENT
+        return -_INT_LIMIT < value < _INT_LIMIT
+    if abs(value.adjusted()) > MAX_EXPONENT:
+        return False
+    return record_bytes <= MAX_DIGITS or len(value.as_tuple().digits) <= MAX_DIGITS
 
 
 def parse_timestamp(text: object) -> tuple[str, int] | Rejection:

@@ -160,3 +160,27 @@ def test_what_is_not_a_number_is_refused() -> None:
     for text in ("", "1.2.3", "abc", "1e", "NaN!"):
         with pytest.raises(ValueError):
             parse_number(text)
+
+
+@pytest.mark.parametrize(
+    ("number", "in_range"),
+    [
+        ("9" * 100, True),
+        ("-" + "9" * 100, True),
+        ("1" + "0" * 100, False),  # 101 digits
+        ("0." + "1" * 100, True),
+        ("0." + "1" * 101, False),
+        ("1" * 50 + "." + "1" * 51, False),
+        ("1e300", True),
+        ("1e301", False),
+        ("1.5e-300", True),
+        ("1e-301", False),
+        ("0.5", True),  # a short record: its digits are not counted
+    ],
+)
+def test_values_are_bounded_in_digits_and_magnitude(number: str, in_range: bool) -> None:
+    raw = b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":' + number.encode() + b"}"
+    result = parse(raw)
+    assert isinstance(result, Event) == in_range, result
+    if not in_range:
+        assert isinstance(result, Rejection) and "out of range" in result.reason
