@@ -65,7 +65,7 @@ class ExactlyOnceConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         # of a rebalance or a restore waited behind a fetch of quiet partitions, held
         # for faust's fixed 1.5 s: about 3 s of each recovery after a kill.
         internals.set_fetch_max_wait(consumer, settings().fetch_max_wait_seconds)
-        internals.check_offset_fetch_errors(consumer)
+        internals.stable_offset_look_ups(consumer)
         return consumer
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:

@@ -26,6 +26,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
 from app.kafka_partitioner import default_partition
+from app.offset_fetch import StableOffsetFetchRequest, as_version_3
 
 # Methods of faust's classes that app/consumer.py, app/faust_app.py and app/worker.py
 # override, with the parameters the overrides take (checked against the base classes'
@@ -171,29 +172,29 @@ def set_fetch_max_wait(consumer: AIOKafkaConsumer, seconds: float) -> None:
     consumer._fetch_max_wait_ms = int(seconds * 1000)
 
 
-def check_offset_fetch_errors(consumer: AIOKafkaConsumer) -> None:
-    """Make the group-level error of an offset look-up count (`AIOKafkaConsumer._client`'s
-    `send`, which its group coordinator's look-ups go through).
+def stable_offset_look_ups(consumer: AIOKafkaConsumer) -> None:
+    """Make the consumer's look-ups of committed offsets (`AIOKafkaConsumer._client`'s
+    `send`, which its group coordinator's look-ups go through, as an `OffsetFetchRequest`
+    of its `_consumer_group` and `_partitions`) wait for what aiokafka did not:
 
-    From version 2 on, the broker answers a look-up it cannot serve yet (the group's
-    coordinator still loading after a restart, or moved) with one error for the whole
-    request and no partitions. aiokafka reads only the partitions' errors, so it took
-    that answer for "nothing committed": faust then sought the partitions to their
-    start, and after a broker bounce ingest processed most of its input again
-    (docs/exactly-once.md, point 22). Raised, the error is retried as aiokafka retries
-    the same error given per partition, after finding the coordinator again."""
+    * a transaction's offsets still being committed (point 23): sent as version 7 with
+      `require_stable` (app/offset_fetch.py), retried while the broker answers
+      UNSTABLE_OFFSET_COMMIT;
+    * a coordinator that cannot serve them yet (point 22): from version 2 on, the broker
+      answers with one error for the whole request and no partitions, which aiokafka
+      took for "nothing committed" (faust then sought the partitions to their start,
+      and after a broker bounce ingest processed most of its input again). Raised, the
+      error is retried as aiokafka retries the same error given per partition."""
     client = consumer._client
     send = client.send
 
-    async def send_checked(node_id: int, request: Any, **kwargs: Any) -> Any:
-        response = await send(node_id, request, **kwargs)
-        if isinstance(request, OffsetFetchRequest):
-            code = getattr(response, "error_code", 0)
-            if code:
-                raise errors.for_code(code)()
-        return response
+    async def send_stable(node_id: int, request: Any, **kwargs: Any) -> Any:
+        if not isinstance(request, OffsetFetchRequest) or request._partitions is None:
+            return await send(node_id, request, **kwargs)
+        stable = StableOffsetFetchRequest(request._consumer_group, request._partitions)
+        return as_version_3(await send(node_id, stable, **kwargs))
 
-    client.send = send_checked
+    client.send = send_stable
 
 
 async def take_tables_on(manager: TableManager) -> None:

@@ -163,7 +163,7 @@ async def test_committed_offsets_are_read_right_after_a_broker_restart(broker: s
         while True:
             consumer = AIOKafkaConsumer(bootstrap_servers=broker, group_id=group)
             if checked:
-                internals.check_offset_fetch_errors(consumer)
+                internals.stable_offset_look_ups(consumer)
             try:
                 await consumer.start()
                 break
@@ -177,12 +177,9 @@ async def test_committed_offsets_are_read_right_after_a_broker_restart(broker: s
 
     # EndTxn returns once the commit is decided; the markers that make its offsets
     # visible are written after it. Killed before them, the broker completes the commit
-    # only some time after its restart (a make test run read 190-193 here, from the
-    # transaction before).
-    deadline = time.monotonic() + 30
-    while await look_up(checked=False) != committed:
-        assert time.monotonic() < deadline, "the last transaction's offsets never showed"
-        await asyncio.sleep(0.1)  # polling the group's committed offsets
+    # only some time after its restart: a look-up at version 3 then reads the offsets of
+    # the transaction before (190-193 in a make test run), ours waits for the markers
+    # (require_stable, docs/exactly-once.md point 23).
     nodes = broker_nodes()
     local_broker.stop(nodes, hard=True)
     # The look-ups start while the broker starts, and go out as soon as it takes
@@ -193,5 +190,6 @@ async def test_committed_offsets_are_read_right_after_a_broker_restart(broker: s
     assert ours == committed
     if plain == committed:
         pytest.skip("the coordinator had loaded before the first look-up: nothing shown")
-    # Some look-ups read "nothing committed", as aiokafka alone answers that error.
-    assert all(plain[tp] in (None, offset) for tp, offset in committed.items())
+    # Some look-ups read "nothing committed", as aiokafka alone answers a coordinator
+    # still loading, or the transaction before's offsets.
+    assert all(plain[tp] in (None, offset, offset - 10) for tp, offset in committed.items())

@@ -22,7 +22,7 @@ from aiokafka.consumer.fetcher import Fetcher, FetchResult
 from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance, GroupCoordinator
 from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.errors import ProducerFenced
-from aiokafka.protocol.commit import OffsetFetchResponse_v3
+from aiokafka.protocol.commit import OffsetFetchRequest
 from aiokafka.protocol.group import LeaveGroupRequest_v0
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import TopicPartition
@@ -40,6 +40,7 @@ from app.consumer import (
     ExactlyOnceProducer,
 )
 from app.faust_app import PairstreamApp, PairstreamTableManager, app
+from app.offset_fetch import OffsetFetchRequest_v7, OffsetFetchResponse_v7
 from app.outbox import transactional_id
 from app.settings import settings
 from app.worker import PairstreamWorker
@@ -168,35 +169,44 @@ async def test_the_worker_s_consumer_fetches_with_our_max_wait() -> None:
 
 
 class CoordinatorConnection:
-    """A connection to the group's coordinator that answers offset look-ups in turn."""
+    """A connection to the group's coordinator, negotiated up to OffsetFetch version 9
+    (Kafka 4.1), that answers offset look-ups in turn and keeps what was sent."""
 
-    def __init__(self, answers: list[OffsetFetchResponse_v3]) -> None:
+    def __init__(self, answers: list[OffsetFetchResponse_v7]) -> None:
         self.answers = answers
-        self.asked = 0
+        self.sent: list[Any] = []
 
     def send(self, request: Any, expect_response: bool = True) -> asyncio.Future[Any]:
+        struct = request.prepare({OffsetFetchRequest_v7.API_KEY: (1, 9)})
+        struct.encode()  # as the connection does: the schema must take the values
+        self.sent.append(struct)
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        answer.set_result(self.answers[self.asked])
-        self.asked += 1
+        answer.set_result(self.answers[len(self.sent) - 1])
         return answer
 
 
-@pytest.mark.parametrize("code", [14, 15, 16])  # loading, not available, not coordinator
-async def test_a_look_up_the_coordinator_cannot_serve_yet_is_retried(code: int) -> None:
-    """aiokafka's look-up of committed offsets, through the worker's consumer's client.
-    The broker answers a look-up its coordinator cannot serve yet with a group-level
-    error and no partitions; without the check, aiokafka returns "nothing committed"
-    from the first answer, and faust seeks to the start (after a broker bounce)."""
+def offsets_answer(partition_code: int, group_code: int = 0) -> OffsetFetchResponse_v7:
+    partitions = [] if group_code else [(3, 5186, -1, "", partition_code, {})]
+    return OffsetFetchResponse_v7(0, [("events", partitions, {})], group_code, {})
+
+
+# 14, 15, 16: the group's coordinator loading, not available, not this broker (a
+# group-level error, no partitions); 88: the partition's offsets not visible yet.
+@pytest.mark.parametrize("first", [offsets_answer(0, 14), offsets_answer(0, 15),
+                                   offsets_answer(0, 16), offsets_answer(88)])  # fmt: skip
+async def test_a_look_up_that_cannot_be_answered_yet_is_retried(
+    first: OffsetFetchResponse_v7,
+) -> None:
+    """aiokafka's look-up of committed offsets, through the worker's consumer's client,
+    goes out as OffsetFetch version 7 with require_stable. Without the check, aiokafka
+    returns "nothing committed" from a group-level error (faust then seeks to the start
+    after a broker bounce), and, asking at version 3, offsets of the transaction before
+    one whose markers are still being written."""
     thread: Any = app.consumer._new_consumer_thread()
     consumer = thread._create_worker_consumer(app.transport)
     client = consumer._client
     tp = TopicPartition("events", 3)
-    connection = CoordinatorConnection(
-        [
-            OffsetFetchResponse_v3(0, [], code),
-            OffsetFetchResponse_v3(0, [("events", [(3, 5186, "", 0)])], 0),
-        ]
-    )
+    connection = CoordinatorConnection([first, offsets_answer(0)])
     client._get_conn = AsyncMock(return_value=connection)
     client._conns = defaultdict(lambda: connection)
     client.coordinator_lookup = AsyncMock(return_value=0)
@@ -207,7 +217,16 @@ async def test_a_look_up_the_coordinator_cannot_serve_yet_is_retried(code: int) 
     committed = await coordinator.fetch_committed_offsets([tp])
 
     assert {tp: c.offset for tp, c in committed.items()} == {tp: 5186}
-    assert connection.asked == 2
+    assert len(connection.sent) == 2
+    for struct in connection.sent:
+        assert (struct.API_VERSION, struct.group_id, struct.require_stable) == (7, "g", True)
+        assert struct.topics == [("events", [3], {})]
+
+
+def test_offset_look_ups_are_built_from_aiokafka_s_request() -> None:
+    """The members `stable_offset_look_ups` reads off aiokafka's OffsetFetchRequest."""
+    request = OffsetFetchRequest("g", [("events", [0, 3])])
+    assert (request._consumer_group, request._partitions) == ("g", [("events", [0, 3])])
 
 
 async def test_the_transactional_producers_of_an_assignment_start_together(
