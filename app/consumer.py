@@ -23,6 +23,7 @@ import time
 from collections import defaultdict
 from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any, cast
+from weakref import WeakSet
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import IllegalOperation, ProducerFenced
@@ -422,6 +423,10 @@ class ConcurrentTransactionManager(TransactionManager):
     # app.outbox.transactional_id.
     transactional_id_format = "{group_id}-{tpg.topic}-{tpg.partition}"
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._watched_senders: WeakSet[asyncio.Task[Any]] = WeakSet()
+
     async def commit(self, offsets: Mapping[TP, int], start_new_transaction: bool = True) -> bool:
         # faust's commit crashes the app when a producer is fenced, but answers True:
         # the consumer then took the offsets for committed, and so did our local state,
@@ -444,7 +449,29 @@ class ConcurrentTransactionManager(TransactionManager):
         # InitProducerId first has the coordinator abort the dead producer's open
         # transaction (about 0.12 s): 13 in turn took 1.5 s of the recovery. The
         # producers share nothing, and begin_transaction handles its own errors.
-        await asyncio.gather(*(self.producer.maybe_begin_transaction(tid) for tid in tids))
+        started = list(tids)
+        await asyncio.gather(*(self.producer.maybe_begin_transaction(tid) for tid in started))
+        for tid in started:
+            self._crash_when_sender_fails(tid)
+
+    def _crash_when_sender_fails(self, tid: str) -> None:
+        # A producer's sender routine ends on an error it does not expect (a broker
+        # answered TxnOffsetCommit with UNKNOWN_SERVER_ERROR after a hard bounce, its
+        # group coordinator out of sync): aiokafka then fails the producer's batches,
+        # but a commit waiting on the transaction waited for ever, and the worker hung
+        # with its partitions. Crashed, it is restarted and its transactions abort.
+        found = internals.transaction_producer(tid)
+        task = None if found is None else internals.sender_task(found[0])
+        if task is None or task in self._watched_senders:
+            return
+        self._watched_senders.add(task)
+        task.add_done_callback(self._sender_stopped)
+
+    def _sender_stopped(self, task: asyncio.Task[Any]) -> None:
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            app: Any = self.app
+            app.add_future(app.crash(error))
 
 
 class ExactlyOnceTransport(faust_aiokafka.Transport):

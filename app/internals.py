@@ -217,6 +217,14 @@ def transaction_producer(transactional_id: str) -> tuple[Any, asyncio.Lock] | No
     return producer, faust_aiokafka.Producer._trn_locks[transactional_id]
 
 
+def sender_task(producer: Any) -> asyncio.Task[Any] | None:
+    """The task of an aiokafka producer's sender routine (`AIOKafkaProducer._sender`'s
+    `sender_task`), which sends its batches and transaction requests; None before the
+    producer has started."""
+    task: asyncio.Task[Any] | None = producer._sender.sender_task
+    return task
+
+
 def append_to_open_batch(
     producer: Any, topic: str, partition: int, key: bytes | None, value: bytes | None
 ) -> tuple[asyncio.Future[Any], int] | None:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,9 +26,11 @@ class FakeTransactionalProducer:
     def __init__(self) -> None:
         self.began = 0
         self.stopped = False
+        # aiokafka's sender: its routine's task, from the start
+        self._sender = SimpleNamespace(sender_task=None)
 
     async def start(self) -> None:
-        pass
+        self._sender.sender_task = asyncio.get_running_loop().create_future()
 
     async def begin_transaction(self) -> None:
         self.began += 1

@@ -17,11 +17,12 @@ from unittest.mock import AsyncMock
 
 import faust
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.consumer.fetcher import Fetcher, FetchResult
 from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance, GroupCoordinator
 from aiokafka.consumer.subscription_state import SubscriptionState
-from aiokafka.errors import ProducerFenced
+from aiokafka.errors import ProducerFenced, UnknownError
+from aiokafka.producer.sender import Sender
 from aiokafka.protocol.commit import OffsetFetchRequest
 from aiokafka.protocol.group import LeaveGroupRequest_v0
 from aiokafka.record.memory_records import MemoryRecords
@@ -260,6 +261,46 @@ async def test_the_transactional_producers_of_an_assignment_start_together(
         for tid in tids:
             producer._transaction_producers.pop(tid, None)
             producer._trn_locks.pop(tid, None)
+
+
+async def test_a_transactional_producer_whose_sender_fails_crashes_the_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """aiokafka's sender routine ends on an error it does not expect (UNKNOWN_SERVER_ERROR
+    to TxnOffsetCommit, seen after a broker's hard bounce); a commit waiting on the
+    transaction then waited for ever. The worker crashes instead, once per producer."""
+    crashes: list[BaseException] = []
+
+    async def crash(reason: BaseException) -> None:
+        crashes.append(reason)
+
+    monkeypatch.setattr(app, "crash", crash)
+    monkeypatch.setattr(app, "add_future", asyncio.ensure_future)
+    transactions = Transactions(monkeypatch)
+    tids = ["internals-sender-0", "internals-sender-1"]
+    manager = app.consumer.transactions
+    assert isinstance(manager, ConcurrentTransactionManager)
+    try:
+        fakes = [await transactions.begin(tid) for tid in tids]
+        await manager._start_transactions(tids)  # begun already: only watched
+        await manager._start_transactions(tids)  # a second assignment: watched once
+        fakes[0]._sender.sender_task.cancel()  # a producer stopped: no crash
+        fakes[1]._sender.sender_task.set_exception(UnknownError())
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert [type(c) for c in crashes] == [UnknownError]
+    finally:
+        for tid in tids:
+            app.producer._transaction_producers.pop(tid, None)  # type: ignore[attr-defined]
+            app.producer._trn_locks.pop(tid, None)  # type: ignore[attr-defined]
+
+
+async def test_sender_task_is_the_task_of_aiokafka_s_sender_routine() -> None:
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1")
+    assert internals.sender_task(producer) is None  # before its start
+    assert "self._sender_task = create_task(self._sender_routine())" in inspect.getsource(
+        Sender.start
+    )
 
 
 async def test_each_input_partition_has_a_transaction_of_its_own(
