@@ -13,13 +13,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from pairing.records import WATERMARK_KEY, decode_watermark, loads
 from pairing.watermarks import EventClock
 
 WATERMARKS = "pairing_partition int, watermark_us long"
+_KEYED_OBJECT = "struct<key:string,type:string,identity:string>"
+
+
+def keyed_event(value: Column) -> Column:
+    """key, type and identity of a keyed topic's record (bronze `value`): an event's
+    fields as a JSON array, then a newline and its input's bytes (pairing/records.py), or
+    one JSON object as versions before wrote it. All null for watermarks and ticks."""
+    text = value.cast("string")
+    fields = F.from_json(F.substring_index(text, "\n", 1), "array<string>")
+    as_array = F.struct(
+        fields[1].alias("key"), fields[0].alias("type"), fields[5].alias("identity")
+    )
+    return F.when(text.startswith("["), as_array).otherwise(F.from_json(text, _KEYED_OBJECT))
 
 
 def fold_watermarks(records: Iterable[tuple[int, int, bytes]]) -> dict[int, int | None]:

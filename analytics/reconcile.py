@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
-from analytics.event_time import keyed_watermarks, on_time
+from analytics.event_time import keyed_event, keyed_watermarks, on_time
 from analytics.ingest import sources
 from analytics.lake import Lake
 from app.settings import Settings
@@ -43,7 +43,6 @@ PARSED = StructType(
 PAIR = "struct<timestamp:string,a_id:string,b_id:string>"
 UNPAIRED = "struct<timestamp:string,id:string,reason:string>"
 DEAD_LETTER = "struct<reason:string,source_partition:int,source_offset:long,id:string>"
-KEYED = "struct<key:string,type:string,identity:string>"
 
 
 @dataclass(frozen=True)
@@ -178,7 +177,8 @@ def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
         .withColumn("p", _parse_input(conf.max_event_bytes)(F.col("value")))
         .cache()
     )
-    consumed_keyed = consumed(bronze("keyed", KEYED), topics["keyed"])
+    keyed = bronze("keyed").withColumn("r", keyed_event(F.col("value")))
+    consumed_keyed = consumed(keyed, topics["keyed"])
     valid = inputs.where("p.valid").select(
         "partition", "offset", "p.identity", "p.key", "p.type", "p.time_us"
     )

@@ -10,13 +10,13 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from analytics.event_time import keyed_event
 from analytics.lake import Lake
 from app.settings import Settings
 
 AMOUNT = "decimal(38,18)"
 PAIR = "struct<timestamp:string,sum:decimal(38,18),a_id:string,b_id:string,paired_at:string>"
 UNPAIRED = "struct<timestamp:string,id:string,reason:string>"
-KEYED = "struct<key:string,identity:string>"
 
 
 def latency_ms(later: str, earlier: str) -> Column:
@@ -51,8 +51,9 @@ def outcomes(spark: SparkSession, lake: Lake) -> DataFrame:
         F.lit(None).cast("double").alias("latency_ms"),
         F.lit(None).cast("string").alias("identity"),
     )
+    keyed = spark.read.format("delta").load(lake.bronze("keyed"))
     valid = (
-        parsed("keyed", KEYED)
+        keyed.select(keyed_event(F.col("value")).alias("r"))
         .where(F.col("r.key").isNotNull())  # ticks carry no key
         .select(
             F.to_timestamp("r.key").alias("ts"),
