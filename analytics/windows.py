@@ -27,9 +27,11 @@ def latency_ms(later: str, earlier: str) -> Column:
 def outcomes(spark: SparkSession, lake: Lake) -> DataFrame:
     """ts, kind (pair | expired | late | valid), amount, latency_ms, identity."""
 
+    def bronze(source: str) -> DataFrame:
+        return spark.read.format("delta").load(lake.bronze(source))
+
     def parsed(source: str, schema: str) -> DataFrame:
-        table = spark.read.format("delta").load(lake.bronze(source))
-        return table.select(F.from_json(F.col("value").cast("string"), schema).alias("r"))
+        return bronze(source).select(F.from_json(F.col("value").cast("string"), schema).alias("r"))
 
     pairs = parsed("pairs", PAIR).select(
         F.to_timestamp("r.timestamp").alias("ts"),
@@ -51,9 +53,9 @@ def outcomes(spark: SparkSession, lake: Lake) -> DataFrame:
         F.lit(None).cast("double").alias("latency_ms"),
         F.lit(None).cast("string").alias("identity"),
     )
-    keyed = spark.read.format("delta").load(lake.bronze("keyed"))
     valid = (
-        keyed.select(keyed_event(F.col("value")).alias("r"))
+        bronze("keyed")
+        .select(keyed_event(F.col("value")).alias("r"))
         .where(F.col("r.key").isNotNull())  # ticks carry no key
         .select(
             F.to_timestamp("r.key").alias("ts"),
