@@ -64,8 +64,12 @@ class ExactlyOnceConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer = super()._create_worker_consumer(transport)
         # The broker answers one connection's requests in turn, so every offset look-up
         # of a rebalance or a restore waited behind a fetch of quiet partitions, held
-        # for faust's fixed 1.5 s: about 3 s of each recovery after a kill.
-        internals.set_fetch_max_wait(consumer, settings().fetch_max_wait_seconds)
+        # for faust's fixed 1.5 s: about 3 s of each recovery after a kill. And under a
+        # trickle, fetches that return at the first byte kept both of the worker's
+        # threads busy with one-record fetches and runs (docs/BENCHMARKS.md).
+        internals.set_fetch_limits(
+            consumer, settings().fetch_min_bytes, settings().fetch_max_wait_seconds
+        )
         internals.stable_offset_look_ups(consumer)
         return consumer
 

@@ -166,10 +166,12 @@ def client_consumer(thread: Any) -> AIOKafkaConsumer:
     return consumer
 
 
-def set_fetch_max_wait(consumer: AIOKafkaConsumer, seconds: float) -> None:
-    """How long the broker may hold a fetch of quiet partitions; read when the consumer
-    starts (faust passes a fixed 1.5 s and has no setting for it)."""
-    consumer._fetch_max_wait_ms = int(seconds * 1000)
+def set_fetch_limits(consumer: AIOKafkaConsumer, min_bytes: int, max_wait_seconds: float) -> None:
+    """How much a fetch should gather, and how long the broker may hold it for that;
+    read when the consumer starts (faust passes a fixed 1.5 s and aiokafka's 1 byte,
+    and has no setting for either)."""
+    consumer._fetch_min_bytes = min_bytes
+    consumer._fetch_max_wait_ms = int(max_wait_seconds * 1000)
 
 
 def stable_offset_look_ups(consumer: AIOKafkaConsumer) -> None:

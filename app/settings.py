@@ -94,6 +94,13 @@ class Settings(BaseSettings):
         " answers a connection's requests in turn, so offset look-ups during a rebalance or"
         " a restore wait behind it (faust uses 1.5 s)",
     )
+    fetch_min_bytes: int = Field(
+        64 * 1024,
+        ge=1,
+        description="how much a fetch gathers before the broker answers it (or"
+        " fetch_max_wait_seconds passed): under a trickle of input, fewer and larger fetches"
+        " and runs; 1 answers at the first record",
+    )
     metadata_refresh_seconds: float = Field(
         10.0,
         gt=0,

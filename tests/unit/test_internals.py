@@ -159,14 +159,18 @@ async def test_transaction_producer_is_the_one_faust_began_the_transaction_on(
     assert isinstance(found[1], asyncio.Lock)
 
 
-async def test_the_worker_s_consumer_fetches_with_our_max_wait() -> None:
+async def test_the_worker_s_consumer_fetches_with_our_limits() -> None:
     thread: Any = app.consumer._new_consumer_thread()
     consumer = thread._create_worker_consumer(app.transport)
-    ours = int(settings().fetch_max_wait_seconds * 1000)
-    assert ours != 1500  # faust's fixed value, which the override replaces
-    assert consumer._fetch_max_wait_ms == ours
-    # aiokafka reads it when it starts, into the fetcher that builds each fetch request
-    assert "fetch_max_wait_ms=self._fetch_max_wait_ms" in inspect.getsource(AIOKafkaConsumer.start)
+    wait_ms = int(settings().fetch_max_wait_seconds * 1000)
+    # faust's fixed wait and aiokafka's default size, which the override replaces
+    assert wait_ms != 1500 and settings().fetch_min_bytes != 1
+    assert consumer._fetch_max_wait_ms == wait_ms
+    assert consumer._fetch_min_bytes == settings().fetch_min_bytes
+    # aiokafka reads them when it starts, into the fetcher that builds each fetch request
+    started = inspect.getsource(AIOKafkaConsumer.start)
+    assert "fetch_max_wait_ms=self._fetch_max_wait_ms" in started
+    assert "fetch_min_bytes=self._fetch_min_bytes" in started
 
 
 class CoordinatorConnection:
