@@ -438,12 +438,23 @@ class ConcurrentTransactionManager(TransactionManager):
         by_transaction: defaultdict[str, dict[TP, int]] = defaultdict(dict)
         for tp, offset in offsets.items():
             by_transaction[transactional_id(self.app, tp)][tp] = offset
+        # A commit that has not ended when the broker must have aborted its transactions
+        # never will: seen hung after a broker's hard bounce (docs/fault-matrix.md, seed
+        # 4414), every partition's steps held behind it. Crashed, the worker is restarted.
+        watchdog = asyncio.timeout(settings().transaction_timeout_seconds)
         try:
-            await self.producer.commit_transactions(
-                by_transaction, self.app.conf.id, start_new_transaction=start_new_transaction
-            )
+            async with watchdog:
+                await self.producer.commit_transactions(
+                    by_transaction, self.app.conf.id, start_new_transaction=start_new_transaction
+                )
         except ProducerFenced as exc:
             log.warning("commit failed, this worker is fenced: %r", exc)
+            await self.app.crash(exc)
+            return False
+        except TimeoutError as exc:
+            if not watchdog.expired():
+                raise
+            log.error("commit not ended after the transaction timeout: crashing the worker")
             await self.app.crash(exc)
             return False
         return True

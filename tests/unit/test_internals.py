@@ -33,6 +33,7 @@ from faust.transport.consumer import ThreadDelegateConsumer
 from faust.types import TP, Message
 from mode.services import ServiceTask
 
+from app import consumer as consumer_module
 from app import internals
 from app.consumer import (
     ConcurrentTransactionManager,
@@ -297,6 +298,27 @@ async def test_a_transactional_producer_whose_sender_fails_crashes_the_worker(
         for tid in tids:
             app.producer._transaction_producers.pop(tid, None)  # type: ignore[attr-defined]
             app.producer._trn_locks.pop(tid, None)  # type: ignore[attr-defined]
+
+
+async def test_a_commit_not_ended_after_the_transaction_timeout_crashes_the_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    crashes: list[BaseException] = []
+
+    async def crash(reason: BaseException) -> None:
+        crashes.append(reason)
+
+    async def hangs(*args: Any, **kwargs: Any) -> None:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(app, "crash", crash)
+    monkeypatch.setattr(app.producer, "commit_transactions", hangs)
+    short = settings().model_copy(update={"transaction_timeout_seconds": 0.05})
+    monkeypatch.setattr(consumer_module, "settings", lambda: short)
+    manager = app.consumer.transactions
+    assert isinstance(manager, ConcurrentTransactionManager)
+    assert await asyncio.wait_for(manager.commit({TP("events", 0): 7}), 5) is False
+    assert [type(c) for c in crashes] == [TimeoutError]
 
 
 async def test_sender_task_is_the_task_of_aiokafka_s_sender_routine() -> None:
