@@ -125,7 +125,10 @@ class Settings(BaseSettings):
         " about half the rate",
     )
     transaction_timeout_seconds: float = Field(
-        60.0, gt=0, description="the broker aborts a transaction left open this long"
+        60.0,
+        gt=0,
+        description="the broker aborts a transaction left open this long; a commit not ended"
+        " within it crashes the worker (to be restarted)",
     )
     bench_without_transactions: bool = Field(
         False,
