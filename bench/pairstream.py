@@ -17,6 +17,7 @@ from app.kafka_admin import ensure_topics
 from app.settings import Settings
 from bench import profile
 from bench.measure import Samples, cpu_seconds
+from bench.stalls import stalled_worker
 from bench.workload import INPUT_PARTITIONS, pre_produce
 from tools.demo import run_settings, start_worker, stop_worker, wait_ready
 from tools.generate import Record
@@ -114,7 +115,10 @@ async def run_worker(
             if done >= len(records):
                 break
             if elapsed > timeout:
-                raise TimeoutError(f"{done} of {len(records)} events through in {elapsed:.0f} s")
+                raise TimeoutError(
+                    f"{done} of {len(records)} events through in {elapsed:.0f} s\n"
+                    + stalled_worker(worker.pid, log_path)
+                )
             await asyncio.sleep(0.25)
         cpu = cpu_seconds(worker.pid)
     finally:

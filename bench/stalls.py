@@ -1,0 +1,49 @@
+"""What a benchmark worker that stopped making progress was waiting on: its asyncio
+tasks' stacks, asked for with SIGUSR1 (mode's worker then writes every thread's and
+task's stack to its log), condensed to the tasks in a commit, a flush or our own
+code. A stall seen once in CI left nothing else to go on."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+TASK = re.compile(r"^Stack for <Task \w+ name='(?P<name>[^']*)'")
+FRAME = re.compile(r'^  File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
+WAITS = ("commit", "flush")
+
+
+def stalled_worker(pid: int, log_path: Path, wait: float = 3.0) -> str:
+    """The waiting tasks of the running worker `pid`, whose output goes to `log_path`."""
+    start = log_path.stat().st_size
+    os.kill(pid, signal.SIGUSR1)
+    time.sleep(wait)  # the dump is written from the worker's event loop
+    with log_path.open("rb") as log:
+        log.seek(start)
+        dump = log.read().decode(errors="replace")
+    return "\n".join([f"== waiting tasks of worker {pid} (all: {log_path})", *waiting(dump)])
+
+
+def waiting(dump: str) -> list[str]:
+    """One line per task of the dump whose stack is in a commit, a flush or pairstream's
+    code (not the dump's own): its frames, outermost first."""
+    tasks: list[tuple[str, list[tuple[str, str, bool]]]] = []
+    for line in dump.splitlines():
+        if task := TASK.match(line):
+            tasks.append((task["name"], []))
+        elif tasks and (frame := FRAME.match(line)):
+            path = frame["path"]
+            library = path.partition("site-packages/")[2]
+            ours = not library and "/lib/python" not in path and "/.venv/" not in path
+            # Ours as app/consumer.py, a library's from its package, the stdlib's by name.
+            where = "/".join(Path(path).parts[-2:]) if ours else library or Path(path).name
+            tasks[-1][1].append((frame["function"], f"{where}:{frame['line']}", ours))
+    return [
+        f"{name}: " + " > ".join(f"{function} ({where})" for function, where, _ in frames)
+        for name, frames in tasks
+        if "_cry" not in name
+        and any(ours or any(word in function for word in WAITS) for function, _, ours in frames)
+    ]
