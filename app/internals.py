@@ -71,6 +71,7 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
         "on_setup_root_logger": ("self", "logger", "level"),
         "on_first_start": ("self",),
         "on_startup_finished": ("self",),
+        "stop": ("self",),
     },
     TableManager: {"on_start": ("self",)},
 }

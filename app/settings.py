@@ -128,7 +128,15 @@ class Settings(BaseSettings):
         60.0,
         gt=0,
         description="the broker aborts a transaction left open this long; a commit not ended"
-        " within it crashes the worker (to be restarted)",
+        " within it crashes the worker (to be restarted), and a record not delivered within"
+        " it fails (faust's 20 minutes kept a worker waiting on a broker bounce that long)",
+    )
+    stop_grace_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="a worker stopping (on SIGTERM, or after a crash) that has not stopped within"
+        " this long exits at once, as kill -9 would: the open transactions abort and nothing"
+        " is lost. faust's stop could wait 20 minutes on sends to a bounced broker",
     )
     bench_without_transactions: bool = Field(
         False,

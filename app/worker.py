@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
+import sys
+import threading
 
 import faust
 
 from app.settings import settings
 
+log = logging.getLogger(__name__)
+
 
 class PairstreamWorker(faust.Worker):
+    _exit_timer: threading.Timer | None = None
+
     def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
         # At -l warn and above faust's terminal spinner sets the root logger to DEBUG,
         # so that it spins on every record: every debug call of aiokafka then builds a
@@ -27,3 +34,20 @@ class PairstreamWorker(faust.Worker):
         # What the start built (modules, services, topics) lives as long as the
         # process: no collection needs to look at it again.
         gc.freeze()
+
+    async def stop(self) -> None:
+        # On a thread, not the event loop: what holds a stop up can be the loop itself.
+        if self._exit_timer is None:
+            self._exit_timer = threading.Timer(settings().stop_grace_seconds, exit_now)
+            self._exit_timer.daemon = True
+            self._exit_timer.start()
+        await super().stop()
+
+
+def exit_now() -> None:
+    """End a stop that has not ended within its grace: as kill -9 would, and as safely
+    (the fault matrix): the broker aborts the open transactions."""
+    log.error("still stopping %.0f s later: exiting now", settings().stop_grace_seconds)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()  # the worker's log
+    os._exit(1)

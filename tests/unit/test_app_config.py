@@ -1,6 +1,9 @@
 """Settings that reach faust's configuration."""
 
+import asyncio
 import gc
+import os
+import threading
 
 import faust
 import pytest
@@ -115,4 +118,45 @@ def test_producers_gather_a_partition_s_records_into_batches_of_the_configured_s
         fresh = create_app()
         assert fresh.producer.max_batch_size == 65536  # aiokafka's, transactions too
     finally:
+        settings.cache_clear()
+
+
+def test_a_send_waits_no_longer_than_the_transaction_timeout() -> None:
+    # faust's 20 minutes: after a broker bounce a step waited that long on a send, the
+    # commit behind it, and the stop after the commit watchdog's crash (long matrix,
+    # seed 4431).
+    assert app.conf.producer_request_timeout == settings().transaction_timeout_seconds < 1200
+    assert app.producer._settings_default()["request_timeout_ms"] == int(
+        settings().transaction_timeout_seconds * 1000
+    )
+
+
+async def test_a_stop_not_ended_within_its_grace_exits_the_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stop_forever = asyncio.Event()
+
+    async def hanging_stop(self: object) -> None:
+        await stop_forever.wait()
+
+    exited: list[int] = []
+    exit_called = threading.Event()
+
+    def fake_exit(code: int) -> None:
+        exited.append(code)
+        exit_called.set()
+
+    monkeypatch.setattr(faust.Worker, "stop", hanging_stop)
+    monkeypatch.setattr(os, "_exit", fake_exit)
+    monkeypatch.setenv("PAIRSTREAM_STOP_GRACE_SECONDS", "0.2")
+    settings.cache_clear()
+    worker = PairstreamWorker.__new__(PairstreamWorker)
+    stopping = asyncio.ensure_future(worker.stop())
+    try:
+        await asyncio.sleep(0.05)
+        assert not exit_called.is_set()  # within its grace
+        assert await asyncio.to_thread(exit_called.wait, 5)
+        assert exited == [1]
+    finally:
+        stopping.cancel()
         settings.cache_clear()
