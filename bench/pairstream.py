@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
 import time
 import uuid
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from app.kafka_admin import ensure_topics
 from app.settings import Settings
 from bench import profile
 from bench.measure import Samples, cpu_seconds
-from bench.stalls import stalled_worker
+from bench.stalls import log_tail, stalled_worker
 from bench.workload import INPUT_PARTITIONS, pre_produce
 from tools.demo import run_settings, start_worker, stop_worker, wait_ready
 from tools.generate import Record
@@ -108,8 +110,20 @@ async def run_worker(
         if profile_to is not None:
             recorder = profile.start(worker.pid, profile_to)
         progress = Samples()
+        done = 0
         while True:
-            done = await through_pairing(run.stats_url)
+            try:
+                done = await through_pairing(run.stats_url)
+            except aiohttp.ClientError:
+                # A dying worker closes its port a moment before it exits.
+                with suppress(subprocess.TimeoutExpired):
+                    worker.wait(timeout=5)
+                if worker.returncode is None:
+                    raise
+                raise RuntimeError(
+                    f"the worker exited ({worker.returncode}) after {done} of {len(records)}"
+                    f" events; the end of its log:\n{log_tail(log_path)}"
+                ) from None
             elapsed = time.monotonic() - started
             progress.samples.append((elapsed, done))
             if done >= len(records):

@@ -14,12 +14,15 @@ more than this app pays.
 from __future__ import annotations
 
 import sys
+import time
 from datetime import datetime
 from typing import Any
 
 from quixstreams import Application, State
+from quixstreams.models.topics.exceptions import TopicNotFoundError
 
 PAIRED = "paired"
+SETUP_ATTEMPTS = 3
 
 
 def checked(value: dict[str, Any]) -> dict[str, Any]:
@@ -43,7 +46,9 @@ def pair(value: dict[str, Any], state: State) -> dict[str, Any] | None:
     return {"timestamp": a["timestamp"], "a": a["value"], "b": b["value"]}
 
 
-def main(bootstrap: str, source: str, sink: str, group: str, commit_s: str, state_dir: str) -> None:
+def build(
+    bootstrap: str, source: str, sink: str, group: str, commit_s: str, state_dir: str
+) -> Application:
     app = Application(
         broker_address=bootstrap,
         consumer_group=group,
@@ -58,6 +63,21 @@ def main(bootstrap: str, source: str, sink: str, group: str, commit_s: str, stat
     events = events.group_by(lambda value: value["timestamp"], name="pair-key")
     pairs = events.apply(pair, stateful=True).filter(lambda result: result is not None)
     pairs.to_topic(app.topic(sink, value_serializer="json"))
+    return app
+
+
+def main(*args: str) -> None:
+    for attempt in range(1, SETUP_ATTEMPTS + 1):
+        try:
+            app = build(*args)
+            break
+        except TopicNotFoundError:
+            # Quix looks a topic up right after creating it; a loaded broker may not
+            # show it yet (seen in a smoke run beside the fault matrix). Nothing has
+            # been consumed by then.
+            if attempt == SETUP_ATTEMPTS:
+                raise
+            time.sleep(1)
     app.run()
 
 

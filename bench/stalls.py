@@ -27,6 +27,10 @@ def stalled_worker(pid: int, log_path: Path, wait: float = 3.0) -> str:
     return "\n".join([f"== waiting tasks of worker {pid} (all: {log_path})", *waiting(dump)])
 
 
+def log_tail(log_path: Path, lines: int = 30) -> str:
+    return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
 def waiting(dump: str) -> list[str]:
     """One line per task of the dump whose stack is in a commit, a flush or pairstream's
     code (not the dump's own): its frames, outermost first."""

@@ -249,6 +249,8 @@ def start_worker(log_path: Path) -> subprocess.Popen[bytes]:
 def stop_worker(worker: subprocess.Popen[bytes], grace: float = 30.0) -> None:
     """SIGTERM, then SIGKILL after a grace period, as a supervisor does: faust can
     hang on exit (docs/exactly-once.md), and an unclean stop loses nothing."""
+    if worker.poll() is not None:
+        return  # exited by itself (a crash): its session is gone with it
     os.killpg(worker.pid, signal.SIGTERM)
     try:
         worker.wait(timeout=grace)
