@@ -76,11 +76,6 @@ def create_app() -> PairstreamApp:
         broker_commit_interval=conf.commit_interval_seconds,
         producer_linger=conf.producer_linger_seconds,
         producer_max_batch_size=conf.producer_batch_bytes,
-        # How long aiokafka waits on a request, a record's delivery or a topic's metadata.
-        # faust's 20 minutes held a step (and the commit and stop behind it) that long
-        # after a broker bounce; past the transaction timeout the broker has aborted
-        # the transaction anyway.
-        producer_request_timeout=conf.transaction_timeout_seconds,
         broker_session_timeout=conf.session_timeout_seconds,
         table_standby_replicas=conf.standby_replicas,
         broker_heartbeat_interval=conf.session_timeout_seconds / 4,

@@ -128,8 +128,7 @@ class Settings(BaseSettings):
         60.0,
         gt=0,
         description="the broker aborts a transaction left open this long; a commit not ended"
-        " within it crashes the worker (to be restarted), and a record not delivered within"
-        " it fails (faust's 20 minutes kept a worker waiting on a broker bounce that long)",
+        " within it crashes the worker (to be restarted)",
     )
     stop_grace_seconds: float = Field(
         30.0,

@@ -121,16 +121,6 @@ def test_producers_gather_a_partition_s_records_into_batches_of_the_configured_s
         settings.cache_clear()
 
 
-def test_a_send_waits_no_longer_than_the_transaction_timeout() -> None:
-    # faust's 20 minutes: after a broker bounce a step waited that long on a send, the
-    # commit behind it, and the stop after the commit watchdog's crash (long matrix,
-    # seed 4431).
-    assert app.conf.producer_request_timeout == settings().transaction_timeout_seconds < 1200
-    assert app.producer._settings_default()["request_timeout_ms"] == int(
-        settings().transaction_timeout_seconds * 1000
-    )
-
-
 async def test_a_stop_not_ended_within_its_grace_exits_the_process(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
