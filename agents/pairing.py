@@ -7,6 +7,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from app.commit_schedule import lead
 from app.faust_app import app
 from app.in_order import runs_once
 from app.outbox import Outbox
@@ -38,13 +39,7 @@ from pairing.rules import (
 from tables.pairing_state import PartitionState
 
 conf = settings()
-# A commit is asked for this long after an input was sent, so that it has ended by one
-# commit interval after: the commit loop may wake up to a handoff interval late (it
-# wakes for ingest's handoffs), and a commit takes about as long again.
-commit_lead = max(
-    conf.commit_interval_seconds / 2,
-    conf.commit_interval_seconds - 2 * conf.handoff_interval_seconds,
-)
+commit_lead = lead(conf.commit_interval_seconds, conf.handoff_interval_seconds)
 
 
 class KeyedPartition:

@@ -11,11 +11,10 @@ times it missed.
 
 On the clock alone, a pair made just after a commit waited a whole interval for the
 next. So pairing also says by when its outputs should be visible (a commit interval
-after the earliest input behind them, by the input records' timestamps, less two
-handoff intervals for the wake-up and the commit), and a commit
-of everything comes then if that is sooner than the clock: at 50% load and 1 s commits,
-p99 from send to visible went from 1.41-1.50 s on the clock alone to 0.96-0.99 s
-(docs/BENCHMARKS.md).
+after the earliest input behind them, by the input records' timestamps, less the
+allowance `lead` gives the commit), and a commit of everything comes then if that is
+sooner than the clock: at 50% load and 1 s commits, p99 from send to visible went from
+1.41-1.50 s on the clock alone to 0.96-0.99 s (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -62,3 +61,14 @@ class CommitSchedule:
 
     def _after(self, now: float, every: float) -> float:
         return self.start + (math.floor((now - self.start) / every) + 1) * every
+
+
+def lead(interval: float, handoff: float) -> float:
+    """How long after its earliest input a run's outputs ask for their commit, so that
+    they are visible within `interval` of it. The allowance covers the commit loop's
+    wake-up (up to a handoff interval late: it wakes for ingest's handoffs), the commit
+    (what the producer gathered is sent, then the transactions end) and a reader's
+    fetch. Two handoff intervals (0.1 s) left p99 at 1.00-1.15 s at 1 s commits and 50%
+    load; a quarter of the interval, 0.83-1.05 s (docs/BENCHMARKS.md). Never under half
+    an interval, the least the schedule leaves between two commits of everything."""
+    return max(interval / 2, interval - max(2 * handoff, interval / 4))

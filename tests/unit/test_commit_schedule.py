@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.commit_schedule import CommitSchedule
+from app.commit_schedule import CommitSchedule, lead
 
 
 def run(schedule: CommitSchedule, until: float, takes: float = 0.0) -> list[tuple[float, bool]]:
@@ -87,3 +87,19 @@ def test_outputs_overdue_by_half_an_interval_keep_the_clock() -> None:
     assert commits == [(1.0, True), (2.0, True), (3.0, True)]
     # Late by less than that, it goes at once.
     assert schedule.next_after(3.6, due=3.2) == (3.6, True)
+
+
+@pytest.mark.parametrize(
+    ("interval", "handoff", "expected"),
+    [
+        (1.0, 0.05, 0.75),  # a quarter of the interval: more than two handoffs
+        (1.0, 0.2, 0.6),  # two slow handoffs: more than a quarter
+        (0.5, 0.05, 0.375),
+        (0.1, 0.05, 0.05),  # never under half an interval
+        (0.1, 0.2, 0.05),  # handoffs never apart (at or above the interval)
+    ],
+)
+def test_outputs_ask_for_their_commit_leaving_room_for_the_commit(
+    interval: float, handoff: float, expected: float
+) -> None:
+    assert lead(interval, handoff) == pytest.approx(expected)
