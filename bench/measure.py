@@ -38,3 +38,13 @@ class Samples:
 
     def first_at(self) -> float | None:
         return next((t for t, n in self.samples if n > 0), None)
+
+    def through_rate(self, total: int) -> float:
+        """Records per second from the first sample with any done to the first with all
+        `total` done: the start-up left out, and no phase of the run left out either
+        (a steady rate of a two-stage run can end in the second stage's phase alone)."""
+        first = next(((t, n) for t, n in self.samples if n > 0), None)
+        last = next((s for s in self.samples if s[1] >= total), None)
+        if first is None or last is None or last[0] <= first[0]:
+            return float("nan")
+        return (last[1] - first[1]) / (last[0] - first[0])

@@ -30,6 +30,7 @@ class PairstreamResult:
     commit_interval: float
     events: int
     steady_rate: float  # events/s through both stages, between 10% and 90%
+    through_rate: float  # events/s through both stages, from the first through to the last
     seconds: float  # worker start to the last event through both stages
     first_through: float | None  # worker start to the first event through both stages
     cpu_seconds: float  # of the worker process
@@ -146,6 +147,7 @@ async def run_worker(
         commit_interval,
         len(records),
         progress.steady_rate(len(records)),
+        progress.through_rate(len(records)),
         progress.samples[-1][0],
         progress.first_at(),
         cpu,

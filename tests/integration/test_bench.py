@@ -39,8 +39,10 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     assert "ran side by side: its figures say nothing about speed" in report
     [pairstream] = table_rows(report, "pairstream, one worker, exactly-once")
     assert pairstream[0] == "1"
-    steady, last, first, cpu = (number(cell) for cell in pairstream[1:])
+    steady, last, first, cpu = (number(pairstream[i]) for i in (1, 3, 4, 5))
     assert steady > 0 and cpu > 0 and 0 < first <= last
+    # 3,000 events can all be through at the first sample: then there is no rate to read.
+    assert pairstream[2] == "-" or number(pairstream[2]) > 0
     profiled = report.split("### Where the worker's CPU went", 1)[1]
     assert re.search(
         r"py-spy[^.]*: [\d,.]+ events/s steady, [\d.]+ s CPU; [1-9][\d,]* samples", profiled

@@ -22,6 +22,12 @@ def test_a_run_through_both_marks_between_two_samples_is_read_across_them() -> N
     assert samples.steady_rate(3_000) == 3_000 / 0.25
 
 
+def test_the_through_rate_runs_from_the_first_record_done_to_the_last() -> None:
+    samples = Samples([(0.0, 0), (1.0, 5), (2.0, 20), (3.0, 60), (4.0, 95), (5.0, 100)])
+    assert samples.through_rate(100) == (100 - 5) / (5.0 - 1.0)
+    assert math.isnan(Samples([(0.0, 0), (0.5, 3_000)]).through_rate(3_000))
+
+
 def test_no_rate_without_a_sample_before_the_marks() -> None:
     assert math.isnan(Samples([(0.5, 3_000)]).steady_rate(3_000))
 
