@@ -18,6 +18,7 @@ from typing import Any
 
 from bench.ceiling import consume_produce
 from bench.latency import run_latency
+from bench.measure import median
 from bench.pairstream import run_worker
 from bench.quix import run_quix
 from bench.report import Results, render
@@ -40,6 +41,7 @@ class Plan:
     bootstrap: str
     records: list[Record]
     intervals: list[float]  # ascending: the last gives the highest rate
+    rounds: int  # runs of pairstream and of the peer at each interval, in turn
     loads: list[float]
     level_seconds: float
     pending: list[int]
@@ -53,22 +55,32 @@ class Plan:
 Part = Callable[[Plan, Results], Coroutine[Any, Any, None]]
 
 
-async def throughput_and_latency(plan: Plan, results: Results) -> None:
+async def throughput_peer_and_latency(plan: Plan, results: Results) -> None:
+    """One worker and the Quix Streams app over the same workload at each commit
+    interval, in turn, `plan.rounds` times: two runs minutes apart differ by more than
+    the two apps do, so the comparison is of medians of runs taken side by side in
+    time. Then latency, at shares of the median steady rate at the longest interval."""
+    source = f"bench-input-{uuid.uuid4().hex[:8]}"
+    await pre_produce(plan.bootstrap, source, plan.records)
     for interval in plan.intervals:
-        print(f"pairstream, commit interval {interval:g} s ...", flush=True)
-        results.pairstream.append(
-            await run_worker(plan.bootstrap, plan.records, interval, plan.timeout)
-        )
-    at_max = results.pairstream[-1]
-    print(f"latency, commit interval {at_max.commit_interval:g} s ...", flush=True)
-    # A smoke run is over before a steady rate can be read.
-    rate = (
-        at_max.steady_rate
-        if math.isfinite(at_max.steady_rate)
-        else len(plan.records) / at_max.seconds
-    )
+        for round_ in range(1, plan.rounds + 1):
+            print(f"pairstream, commit interval {interval:g} s, run {round_} ...", flush=True)
+            results.pairstream.append(
+                await run_worker(plan.bootstrap, plan.records, interval, plan.timeout)
+            )
+            print(f"Quix Streams, commit interval {interval:g} s, run {round_} ...", flush=True)
+            results.quix.append(
+                await run_quix(plan.bootstrap, source, plan.records, interval, plan.timeout)
+            )
+    longest = plan.intervals[-1]
+    at_max = [r for r in results.pairstream if r.commit_interval == longest]
+    # A smoke run is over before a steady rate can be read: then its whole run's rate.
+    rate = median([r.steady_rate for r in at_max])
+    if not math.isfinite(rate):
+        rate = median([len(plan.records) / r.seconds for r in at_max])
+    print(f"latency, commit interval {longest:g} s ...", flush=True)
     results.latency = await run_latency(
-        plan.bootstrap, at_max.commit_interval, rate, plan.loads, plan.level_seconds
+        plan.bootstrap, longest, rate, plan.loads, plan.level_seconds
     )
 
 
@@ -100,14 +112,9 @@ async def workers(plan: Plan, results: Results) -> None:
         )
 
 
-async def peer_and_ceiling(plan: Plan, results: Results) -> None:
+async def ceiling(plan: Plan, results: Results) -> None:
     source = f"bench-input-{uuid.uuid4().hex[:8]}"
     await pre_produce(plan.bootstrap, source, plan.records)
-    for interval in plan.intervals:
-        print(f"Quix Streams, commit interval {interval:g} s ...", flush=True)
-        results.quix.append(
-            await run_quix(plan.bootstrap, source, plan.records, interval, plan.timeout)
-        )
     for transactional, batched in ((True, False), (False, False), (True, True)):
         print(f"ceiling, transactions {transactional}, batched {batched} ...", flush=True)
         results.ceiling.append(
@@ -125,7 +132,7 @@ async def restarts(plan: Plan, results: Results) -> None:
 
 
 PARTS: list[Part] = [
-    throughput_and_latency, transactions, profiled, workers, peer_and_ceiling, restarts
+    throughput_peer_and_latency, transactions, profiled, workers, ceiling, restarts
 ]  # fmt: skip
 
 
@@ -184,6 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     pending = [3_000] if args.smoke else args.pending
     loads = [0.5] if args.smoke else [0.25, 0.5, 0.75]
     level_seconds = 8.0 if args.smoke else 30.0
+    repeats = 1 if args.smoke else 3  # runs to take a median of, where runs spread
     if args.bootstrap is None:
         nodes = broker.cluster(1, 9092)
         broker.start(nodes, timeout=120)
@@ -192,10 +200,11 @@ def main(argv: list[str] | None = None) -> None:
         args.bootstrap,
         workload(events),
         intervals,
+        repeats,
         loads,
         level_seconds,
         pending,
-        1 if args.smoke else 3,
+        repeats,
         [2] if args.smoke else [1, 2],
         120 if args.smoke else 3600,
         args.profile,

@@ -3,7 +3,10 @@ progress sampled over time."""
 
 from __future__ import annotations
 
+import math
 import os
+import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -14,6 +17,13 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
+def median(rates: Iterable[float]) -> float:
+    """The median of the rates that could be read (NaN: a run over too soon); NaN if
+    none could."""
+    readable = [rate for rate in rates if math.isfinite(rate)]
+    return statistics.median(readable) if readable else math.nan
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -44,6 +45,20 @@ class WorkerRun:
     conf: Settings
     log_path: Path
     stats_url: str
+
+    def discard(self) -> None:
+        discard_run(Path(self.conf.data_dir))
+
+
+def discard_run(path: Path) -> None:
+    """Delete what a run that succeeded left under .run/: its state directories and
+    logs, all named after it (a suite run left hundreds, over a GiB). A run that fails
+    keeps them to look at."""
+    for left in path.parent.glob(f"{path.name}*"):
+        if left.is_dir():
+            shutil.rmtree(left)
+        else:
+            left.unlink()
 
 
 def worker_run(
@@ -140,6 +155,7 @@ async def run_worker(
         if recorder is not None:
             profile.stop(recorder)
         stop_worker(worker)
+    run.discard()
     summary = None
     if profile_to is not None and profile_to.exists():
         summary = profile.summarize(profile_to.read_text())

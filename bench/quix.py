@@ -21,6 +21,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from bench.measure import Samples, cpu_seconds
+from bench.pairstream import discard_run
 from bench.workload import create_topic
 from tools.generate import Record
 
@@ -35,6 +36,7 @@ class QuixResult:
     commit_interval: float
     events: int
     steady_rate: float  # second-stage records committed per second, 10% to 90%
+    through_rate: float  # the same, from the first committed to the last
     seconds: float  # app start to the last pair visible
     first_through: float | None  # app start to the first second-stage commit
     cpu_seconds: float  # of the app's process
@@ -161,6 +163,7 @@ async def run_quix(
         with suppress(asyncio.CancelledError):
             await reader
         await admin.close()
+    discard_run(state_dir)
     # Transaction markers count in the committed offsets: at most one per partition and
     # commit, a fraction of a percent here.
     total = progress.samples[-1][1]
@@ -168,6 +171,7 @@ async def run_quix(
         commit_interval,
         len(records),
         progress.steady_rate(total),
+        progress.through_rate(total),
         seconds,
         progress.first_at(),
         cpu,

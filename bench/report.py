@@ -15,6 +15,7 @@ from importlib.metadata import version
 from bench import profile
 from bench.ceiling import CeilingResult
 from bench.latency import WARM_UP, LatencyResult
+from bench.measure import median
 from bench.pairstream import PairstreamResult
 from bench.quix import QUIXSTREAMS, QuixResult
 from bench.restart import HOLD_SECONDS, PROBES, RestartResult
@@ -72,6 +73,44 @@ def seconds(value: float | None) -> str:
 
 def rate(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:,.0f}"
+
+
+def ratio(ours: float, theirs: float) -> str:
+    return "-" if not (math.isfinite(ours) and math.isfinite(theirs)) else f"{ours / theirs:.2f}x"
+
+
+def run_numbers(intervals: list[float]) -> list[str]:
+    """Each run's number among the runs at its commit interval, in the order run."""
+    seen: dict[float, int] = {}
+    numbers = []
+    for interval in intervals:
+        seen[interval] = seen.get(interval, 0) + 1
+        numbers.append(str(seen[interval]))
+    return numbers
+
+
+def comparison_section(ours: list[PairstreamResult], peer: list[QuixResult]) -> list[str]:
+    rows = []
+    for interval in sorted({r.commit_interval for r in ours}):
+        mine = [r for r in ours if r.commit_interval == interval]
+        theirs = [q for q in peer if q.commit_interval == interval]
+        steady = median(r.steady_rate for r in mine), median(q.steady_rate for q in theirs)
+        through = median(r.through_rate for r in mine), median(q.through_rate for q in theirs)
+        rows.append(
+            [f"{interval:g}", f"{len(mine)} / {len(theirs)}", rate(steady[0]), rate(steady[1]),
+             ratio(*steady), rate(through[0]), rate(through[1]), ratio(*through)]
+        )  # fmt: skip
+    return section(
+        "pairstream against the peer",
+        "Medians of the runs above at each commit interval; each pairstream run was followed"
+        " by a run of the Quix Streams app, so that a phase of the machine (two runs minutes"
+        " apart can differ by a third) falls on both alike. Steady and first to last as in"
+        " each table above.",
+        ["commit interval (s)", "runs: pairstream / Quix", "pairstream: steady events/s",
+         "Quix: steady events/s", "steady: pairstream / Quix",
+         "pairstream: first to last", "Quix: first to last", "first to last: pairstream / Quix"],
+        rows,
+    )  # fmt: skip
 
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -171,12 +210,17 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
         " stage (the second of two) has acked it. Steady: events through per second between"
         " 10% and 90% of the input. First to last: from the first event through to the last,"
         " which also takes in the phase while ingest still reads the input; the steady rate"
-        " can end in pairing's phase alone. CPU: the worker process, start to end.",
-        ["commit interval (s)", "steady events/s", "first to last: events/s",
+        " can end in pairing's phase alone. CPU: the worker process, start to end. Runs at"
+        " each interval in turn with the Quix Streams app's (the peer, below).",
+        ["commit interval (s)", "run", "steady events/s", "first to last: events/s",
          "start to last through (s)", "start to first through (s)", "worker CPU (s)"],
-        [[f"{r.commit_interval:g}", f"{r.steady_rate:,.0f}", rate(r.through_rate),
+        [[f"{r.commit_interval:g}", n, rate(r.steady_rate), rate(r.through_rate),
           f"{r.seconds:.1f}", seconds(r.first_through), f"{r.cpu_seconds:.1f}"]
-         for r in results.pairstream],
+         for r, n in zip(
+             results.pairstream,
+             run_numbers([r.commit_interval for r in results.pairstream]),
+             strict=True,
+         )],
     )  # fmt: skip
     if results.transaction_pairs:
         lines += transactions_section(results.transaction_pairs)
@@ -184,8 +228,8 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
         lines += profile_section(results.profiled, results.profiled.profile)
     lines += section(
         "Latency under load",
-        "One worker on empty topics; A/B partners produced at a share of the steady rate"
-        f" above (the longest commit interval), each level for {results.level_seconds:g} s,"
+        "One worker on empty topics; A/B partners produced at a share of the median steady"
+        f" rate above (the longest commit interval), each level for {results.level_seconds:g} s,"
         f" the first {WARM_UP:g} s left out. Latency: from the send of a pair's second event"
         " to the pair visible to a read_committed consumer (`bench/latency.py`).",
         ["commit interval (s)", "load", "events/s offered", "pairs", "p50 (s)", "p99 (s)",
@@ -213,14 +257,21 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
         f"`bench/quix_app.py` on {QUIXSTREAMS} in its own venv, over the same pre-produced"
         " input: parse, repartition by the pair key, one RocksDB read and one write per event"
         " with a changelog, pairs out; no expiry. Steady: its consumer group's committed"
-        " offsets on the repartition topic (transaction markers included, under 0.1%)."
-        " Pairs: visible to a read_committed consumer, against the workload's own count.",
-        ["commit interval (s)", "steady events/s", "start to last pair (s)",
-         "start to first commit (s)", "app CPU (s)", "pairs / expected"],
-        [[f"{q.commit_interval:g}", f"{q.steady_rate:,.0f}", f"{q.seconds:.1f}",
-          seconds(q.first_through), f"{q.cpu_seconds:.1f}",
-          f"{q.pairs:,} / {q.expected_pairs:,}"] for q in results.quix],
+        " offsets on the repartition topic (transaction markers included, under 0.1%), 10%"
+        " to 90%; first to last: from the first commit to the last. Pairs: visible to a"
+        " read_committed consumer, against the workload's own count.",
+        ["commit interval (s)", "run", "steady events/s", "first to last: events/s",
+         "start to last pair (s)", "start to first commit (s)", "app CPU (s)",
+         "pairs / expected"],
+        [[f"{q.commit_interval:g}", n, rate(q.steady_rate), rate(q.through_rate),
+          f"{q.seconds:.1f}", seconds(q.first_through), f"{q.cpu_seconds:.1f}",
+          f"{q.pairs:,} / {q.expected_pairs:,}"]
+         for q, n in zip(
+             results.quix, run_numbers([q.commit_interval for q in results.quix]), strict=True
+         )],
     )  # fmt: skip
+    if results.pairstream and results.quix:
+        lines += comparison_section(results.pairstream, results.quix)
     if results.rules_only is not None:
         lines += rules_only_section(results.rules_only)
     lines += section(

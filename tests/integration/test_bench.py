@@ -38,11 +38,11 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     assert "3,000 A/B events" in report
     assert "ran side by side: its figures say nothing about speed" in report
     [pairstream] = table_rows(report, "pairstream, one worker, exactly-once")
-    assert pairstream[0] == "1"
-    steady, last, first, cpu = (number(pairstream[i]) for i in (1, 3, 4, 5))
-    assert steady > 0 and cpu > 0 and 0 < first <= last
+    assert pairstream[:2] == ["1", "1"]  # commit interval, run
+    last, first, cpu = (number(pairstream[i]) for i in (4, 5, 6))
+    assert cpu > 0 and 0 < first <= last
     # 3,000 events can all be through at the first sample: then there is no rate to read.
-    assert pairstream[2] == "-" or number(pairstream[2]) > 0
+    assert all(cell == "-" or number(cell) > 0 for cell in pairstream[2:4])
     profiled = report.split("### Where the worker's CPU went", 1)[1]
     assert re.search(
         r"py-spy[^.]*: [\d,.]+ events/s steady, [\d.]+ s CPU; [1-9][\d,]* samples", profiled
@@ -70,9 +70,15 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     ]
     assert all(number(cell) > 0 for row in ceiling for cell in row[2:4])
     [quix] = table_rows(report, "The peer: the same work as a Quix Streams app, exactly-once")
-    assert quix[0] == "1"
-    pairs, expected = (number(cell) for cell in quix[5].split(" / "))
+    assert quix[:2] == ["1", "1"]
+    assert all(cell == "-" or number(cell) > 0 for cell in quix[2:4])
+    pairs, expected = (number(cell) for cell in quix[7].split(" / "))
     assert pairs == expected > 0  # the peer did the work: every pair, none twice
+    [compared] = table_rows(report, "pairstream against the peer")
+    assert compared[:2] == ["1", "1 / 1"]
+    # One run each: the medians are those runs' own figures.
+    assert compared[2:4] == [pairstream[2], quix[2]]
+    assert compared[5:7] == [pairstream[3], quix[3]]
     [floor] = table_rows(report, "The floor: the rules and codecs alone")
     assert floor[0] == "3,000"
     assert number(floor[1]) == expected  # the rules did the work

@@ -4,10 +4,13 @@ samples, and the results of parts of the suite run apart."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from bench.latency import LatencyResult
-from bench.measure import Samples
-from bench.report import Results
+from bench.measure import Samples, median
+from bench.pairstream import PairstreamResult, discard_run
+from bench.quix import QuixResult
+from bench.report import Results, comparison_section, run_numbers
 from bench.restart import RestartResult
 
 
@@ -43,3 +46,60 @@ def test_parts_run_apart_come_together_in_one_report() -> None:
     assert results.latency == [low, high]
     assert results.restart == [restart]
     assert results.level_seconds == 8.0
+
+
+def test_a_median_leaves_out_runs_with_no_rate_to_read() -> None:
+    assert median([3.0, math.nan, 1.0, 2.0]) == 2.0
+    assert math.isnan(median([math.nan]))
+    assert math.isnan(median([]))
+
+
+def ours(interval: float, steady: float, through: float) -> PairstreamResult:
+    return PairstreamResult(interval, 1_000, steady, through, 10.0, 1.0, 5.0, None)
+
+
+def peer(interval: float, steady: float, through: float) -> QuixResult:
+    return QuixResult(interval, 1_000, steady, through, 10.0, 1.0, 5.0, 400, 400)
+
+
+def test_the_comparison_is_of_medians_at_each_interval() -> None:
+    mine = [
+        ours(0.1, 9.0, 8.0),
+        ours(0.1, 11.0, 10.0),
+        ours(0.1, 10.0, 12.0),
+        ours(1.0, 20.0, 16.0),
+    ]
+    theirs = [peer(0.1, 5.0, 4.0), peer(0.1, 50.0, 5.0), peer(0.1, 4.0, 6.0), peer(1.0, 25.0, 8.0)]
+    rows = [
+        line
+        for line in comparison_section(mine, theirs)
+        if line.startswith("| 0.") or line.startswith("| 1 ")
+    ]
+    assert rows == [
+        "| 0.1 | 3 / 3 | 10 | 5 | 2.00x | 10 | 5 | 2.00x |",
+        "| 1 | 1 / 1 | 20 | 25 | 0.80x | 16 | 8 | 2.00x |",
+    ]
+    # A run over before its steady rate could be read is left out of the median; none
+    # left: no ratio.
+    rows = comparison_section([ours(1.0, math.nan, 16.0)], [peer(1.0, 25.0, 8.0)])
+    assert "| 1 | 1 / 1 | - | 25 | - | 16 | 8 | 2.00x |" in rows
+
+
+def test_runs_are_numbered_within_their_commit_interval() -> None:
+    assert run_numbers([0.1, 0.1, 0.5, 0.1, 0.5]) == ["1", "2", "1", "3", "2"]
+
+
+def test_a_run_that_succeeded_leaves_nothing_of_its_own_behind(tmp_path: Path) -> None:
+    run = tmp_path / "bench-0123abcd"
+    for own in (run / "tables", tmp_path / "bench-0123abcd-0" / "tables"):
+        own.mkdir(parents=True)
+        (own / "state.sst").write_bytes(b"x")
+    (tmp_path / "bench-0123abcd-worker.log").write_text("log")
+    other = tmp_path / "bench-4567ef01"
+    other.mkdir()
+    (tmp_path / "bench-4567ef01-worker.log").write_text("log")
+    discard_run(run)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "bench-4567ef01",
+        "bench-4567ef01-worker.log",
+    ]
