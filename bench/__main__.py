@@ -25,7 +25,7 @@ from bench.report import Results, render
 from bench.restart import run_restart
 from bench.rules_only import run_rules_only
 from bench.workers import run_workers
-from bench.workload import INPUT_PARTITIONS, pre_produce, workload
+from bench.workload import INPUT_PARTITIONS, delete_topics, pre_produce, workload
 from tools import broker
 from tools.generate import Record
 
@@ -78,6 +78,7 @@ async def throughput_peer_and_latency(plan: Plan, results: Results) -> None:
     rate = median([r.steady_rate for r in at_max])
     if not math.isfinite(rate):
         rate = median([len(plan.records) / r.seconds for r in at_max])
+    await delete_topics(plan.bootstrap, source)
     print(f"latency, commit interval {longest:g} s ...", flush=True)
     results.latency = await run_latency(
         plan.bootstrap, longest, rate, plan.loads, plan.level_seconds
@@ -123,6 +124,7 @@ async def ceiling(plan: Plan, results: Results) -> None:
                 CEILING_COMMIT_INTERVAL, batched,
             )
         )  # fmt: skip
+    await delete_topics(plan.bootstrap, source)
 
 
 async def restarts(plan: Plan, results: Results) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.producer.message_accumulator import BatchBuilder
 
-from bench.workload import create_topic
+from bench.workload import create_topic, delete_topics
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ async def consume_produce(
                     await producer.flush()
                     await consumer.commit(positions)
                 last_commit = time.monotonic()
-        return CeilingResult(
+        result = CeilingResult(
             transactional,
             batched,
             done,
@@ -138,3 +138,5 @@ async def consume_produce(
     finally:
         await producer.stop()
         await consumer.stop()
+    await delete_topics(bootstrap, group)
+    return result

@@ -111,7 +111,7 @@ async def run_latency(
     finally:
         await producer.stop()
         stop_worker(worker)
-    run.discard()
+    await run.discard()
     return results
 
 

@@ -21,7 +21,7 @@ from app.settings import Settings
 from bench import profile
 from bench.measure import Samples, cpu_seconds
 from bench.stalls import log_tail, stalled_worker
-from bench.workload import INPUT_PARTITIONS, pre_produce
+from bench.workload import INPUT_PARTITIONS, delete_topics, pre_produce
 from tools.demo import run_settings, start_worker, stop_worker, wait_ready
 from tools.generate import Record
 
@@ -46,8 +46,11 @@ class WorkerRun:
     log_path: Path
     stats_url: str
 
-    def discard(self) -> None:
-        discard_run(Path(self.conf.data_dir))
+    async def discard(self) -> None:
+        """What a run that succeeded leaves behind: its topics, state and logs."""
+        run_dir = Path(self.conf.data_dir)
+        await delete_topics(self.conf.bootstrap_servers, run_dir.name)  # the run id
+        discard_run(run_dir)
 
 
 def discard_run(path: Path) -> None:
@@ -155,7 +158,7 @@ async def run_worker(
         if recorder is not None:
             profile.stop(recorder)
         stop_worker(worker)
-    run.discard()
+    await run.discard()
     summary = None
     if profile_to is not None and profile_to.exists():
         summary = profile.summarize(profile_to.read_text())

@@ -22,7 +22,7 @@ from aiokafka.errors import KafkaError
 
 from bench.measure import Samples, cpu_seconds
 from bench.pairstream import discard_run
-from bench.workload import create_topic
+from bench.workload import create_topic, delete_topics
 from tools.generate import Record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,6 +163,7 @@ async def run_quix(
         with suppress(asyncio.CancelledError):
             await reader
         await admin.close()
+    await delete_topics(bootstrap, group)
     discard_run(state_dir)
     # Transaction markers count in the committed offsets: at most one per partition and
     # commit, a fraction of a percent here.

@@ -130,5 +130,5 @@ async def run_restart(bootstrap: str, pending: int, timeout: float) -> RestartRe
     finally:
         if worker.poll() is None:
             stop_worker(worker)
-    run.discard()
+    await run.discard()
     return RestartResult(pending, build, rss, disk, *intact, *deleted)

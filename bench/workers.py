@@ -78,7 +78,7 @@ async def run_workers(
         with suppress(asyncio.CancelledError):
             await reader
         await admin.close()
-    run.discard()
+    await run.discard()
     return WorkersResult(
         workers,
         commit_interval,

@@ -4,12 +4,14 @@ docs/BENCHMARKS.md's)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 
 pytestmark = pytest.mark.broker
 
@@ -29,11 +31,24 @@ def number(cell: str) -> float:
     return float(cell.replace(",", ""))
 
 
+async def bench_topics(bootstrap: str) -> set[str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return {topic for topic in await admin.list_topics() if "bench-" in topic}
+    finally:
+        await admin.close()
+
+
 def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     out = tmp_path / "BENCHMARKS.md"
     command = [sys.executable, "-m", "bench", "--smoke", "--bootstrap", broker, "--out", str(out),
                "--profile", str(tmp_path / "profile.txt")]  # fmt: skip
+    topics, files = asyncio.run(bench_topics(broker)), set((ROOT / ".run").glob("bench-*"))
     subprocess.run(command, cwd=ROOT, check=True, timeout=600)
+    # Runs that succeeded leave no topics and no state behind.
+    assert asyncio.run(bench_topics(broker)) <= topics
+    assert set((ROOT / ".run").glob("bench-*")) <= files
     report = out.read_text()
     assert "3,000 A/B events" in report
     assert "ran side by side: its figures say nothing about speed" in report
