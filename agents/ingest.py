@@ -153,7 +153,10 @@ async def ingest(stream: Any) -> None:
                 store_progress(task, source.progress_us)
 
 
-@app.timer(interval=min(1.0, conf.idle_timeout_seconds / 2))
+LOOK_EVERY_SECONDS = min(1.0, conf.idle_timeout_seconds / 2)
+
+
+@app.timer(interval=LOOK_EVERY_SECONDS)
 async def tell_caught_up_partitions() -> None:
     """Input partitions assigned here that are caught up tell the keyed partitions the
     progress their commits left untold (told at most once per commit interval), and
@@ -168,10 +171,13 @@ async def tell_caught_up_partitions() -> None:
             continue
         source = task.processor(SourceProgress, load_source)
         now = time.time()
+        source.look(now, LOOK_EVERY_SECONDS)
         goes_idle = source.goes_idle(now, conf.idle_timeout_seconds)
         if not goes_idle and not source.tell_due(now, conf.commit_interval_seconds):
             continue
-        if not await caught_up(app, tp):
+        # Idle is the one claim here that can pass the records of others: where the
+        # partition ends is asked of the broker before it is made.
+        if not await caught_up(app, tp, ask_broker=goes_idle):
             continue
         if goes_idle:
             source.went_idle()

@@ -3,25 +3,45 @@ committed (ingest's idle partitions hold no watermark back)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from aiokafka.errors import KafkaError
 from faust.types import TP
 
 from app import internals
 from app.faust_app import PairstreamApp
+from app.kafka_admin import end_offsets
+from app.settings import settings
+
+log = logging.getLogger(__name__)
 
 
-async def caught_up(app: PairstreamApp, tp: TP) -> bool:
+async def caught_up(app: PairstreamApp, tp: TP, ask_broker: bool = False) -> bool:
     """Whether everything in an input partition has been fetched, processed and
-    committed: nothing of it is on its way."""
+    committed: nothing of it is on its way.
+
+    Where it ends is the last fetch's answer, or with `ask_broker` the broker's. A
+    worker that stood still (a long pause, a frozen VM, a zombie brought back) runs
+    its overdue timers before its first fetch, and the last fetch's end is then as old
+    as the stall: what landed meanwhile would not count."""
     consumer: Any = app.consumer
     if app.partition_tasks.get(tp) is None:
         return False
     position: int | None = await consumer.position(tp)
-    # The rest after the await, so that the answer still holds when the caller goes on
+    fresh_end = None
+    if ask_broker:
+        try:
+            fresh_end = (await end_offsets(settings(), [tp])).get(tp)
+        except (KafkaError, OSError) as exc:
+            log.warning("%s: the broker did not say where it ends (%r): not caught up", tp, exc)
+            return False
+        if fresh_end is None:
+            return False
+    # The rest after the awaits, so that the answer still holds when the caller goes on
     # (a step may have been acked or a fetch returned meanwhile).
     task = app.partition_tasks.get(tp)
-    highwater: int | None = consumer.highwater(tp)
+    highwater: int | None = consumer.highwater(tp) if fresh_end is None else fresh_end
     if task is None or highwater is None or position is None:
         return False
     if task.lock.locked():

@@ -101,7 +101,15 @@ class SourceProgress:
     left untold when the source is caught up is told then, outside any transaction.
     """
 
-    __slots__ = ("idle", "must_announce", "progress_us", "seen_at", "told_at", "told_us")
+    __slots__ = (
+        "idle",
+        "looked_at",
+        "must_announce",
+        "progress_us",
+        "seen_at",
+        "told_at",
+        "told_us",
+    )
 
     def __init__(self, progress_us: int | None, now: float) -> None:
         self.progress_us = progress_us
@@ -110,6 +118,7 @@ class SourceProgress:
         self.must_announce = True
         self.idle = False
         self.seen_at = now  # wall clock of its last record, or of the assignment
+        self.looked_at = now  # wall clock of the last look at whether it is quiet
 
     def observe(self, time_us: int, now: float) -> int:
         """A valid event of this source; its stamp: the progress including it."""
@@ -131,6 +140,16 @@ class SourceProgress:
         self.told_at = now
         self.must_announce = False
         self.idle = False
+
+    def look(self, now: float, every_s: float) -> None:
+        """A look at whether the source is quiet, due every `every_s` seconds. Quiet
+        time counts only while the worker could see records come: a look more than two
+        of those after the last means it stood still meanwhile (a long pause, a frozen
+        VM, a zombie brought back), knows nothing of that time, and would go by a fetch
+        as old as the stall. So the quiet clock starts again."""
+        if now - self.looked_at > 2 * every_s:
+            self.seen_at = max(self.seen_at, now)
+        self.looked_at = now
 
     def goes_idle(self, now: float, idle_timeout_s: float) -> bool:
         """Whether a source that is caught up should now be declared idle: quiet for

@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from aiokafka.errors import KafkaConnectionError
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
@@ -84,6 +85,40 @@ async def test_caught_up_means_fetched_processed_and_committed(
         assert not await backlog.caught_up(app, tp)
     position = 9  # more to fetch
     assert not await backlog.caught_up(app, tp)
+
+
+async def test_before_a_partition_is_declared_idle_its_end_is_asked_of_the_broker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A worker back from a stall: its last fetch ended at 10, and all of that is
+    # processed and committed; the broker has had more since.
+    tp = TP("events", 1)
+    broker_end: dict[TP, int] | Exception = {tp: 25}
+
+    async def at(_: TP) -> int:
+        return 10
+
+    async def ends(_: Any, tps: list[TP]) -> dict[TP, int]:
+        assert tps == [tp]
+        if isinstance(broker_end, Exception):
+            raise broker_end
+        return broker_end
+
+    monkeypatch.setattr(app.consumer, "highwater", lambda _: 10)
+    monkeypatch.setattr(app.consumer, "position", at)
+    monkeypatch.setattr(backlog, "end_offsets", ends)
+    app.partition_tasks.assigned({tp})
+    task = app.partition_tasks.get(tp)
+    assert isinstance(task, PartitionTask)
+    task.offsets.sought_to_committed(9)
+    task.offsets.processed(9)
+    app.consumer._committed_offset[tp] = 10
+    assert await backlog.caught_up(app, tp)  # by the last fetch
+    assert not await backlog.caught_up(app, tp, ask_broker=True)  # 15 records landed since
+    broker_end = {tp: 10}
+    assert await backlog.caught_up(app, tp, ask_broker=True)
+    broker_end = KafkaConnectionError("the broker is away")
+    assert not await backlog.caught_up(app, tp, ask_broker=True)
 
 
 async def test_a_revocation_retires_the_transaction_producers_of_revoked_partitions(

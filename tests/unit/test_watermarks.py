@@ -76,6 +76,26 @@ def test_source_progress_stamps_announces_and_goes_idle() -> None:
     assert not source.must_announce and not source.idle and not source.untold()
 
 
+def test_quiet_time_counts_only_while_the_worker_looks() -> None:
+    source = SourceProgress(10, now=100.0)
+    for second in range(101, 120):  # a look a second: quiet all along
+        source.look(float(second), every_s=1.0)
+    assert source.goes_idle(130.0, 30.0)
+    # The worker stood still from 119 to 140: the look at 140 restarts the quiet clock,
+    # and the source is idle only 30 s of looks later.
+    source.look(140.0, every_s=1.0)
+    assert not source.goes_idle(140.0, 30.0)
+    for second in range(141, 170):
+        source.look(float(second), every_s=1.0)
+        assert not source.goes_idle(float(second), 30.0)
+    source.look(170.0, every_s=1.0)
+    assert source.goes_idle(170.0, 30.0)
+    # A look late by up to twice its interval (a busy event loop) is no stall.
+    late = SourceProgress(10, now=100.0)
+    late.look(102.0, every_s=1.0)
+    assert late.goes_idle(130.0, 30.0)
+
+
 def test_an_idle_source_handed_over_holds_the_watermark_again() -> None:
     source = SourceProgress(None, now=100.0)
     assert not source.handed_over()  # not idle: nothing to take back
