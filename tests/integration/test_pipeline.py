@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import signal
 import time
 import zlib
 from pathlib import Path
@@ -322,6 +324,49 @@ async def test_a_partition_back_from_idle_holds_the_watermark_with_its_first_rec
         if key == WATERMARK_KEY
     ]
     assert told == WatermarkUpdate(0, 1, 1707512430000000, idle=False)
+
+
+async def test_a_worker_back_from_a_stall_declares_no_partition_idle_that_was_not(
+    broker: str, tmp_path: Path
+) -> None:
+    """Records flow into the input while the worker is stopped for longer than the
+    idle timeout (but not the session timeout). Back, its overdue timer can run
+    before its first fetch, and every partition it had caught up on looked quiet and
+    caught up: it declared them idle, though records had landed all along, and a
+    watermark moved by other sources could then pass them. No partition is quiet for
+    the idle timeout here at any moment, so no declaration may appear. Two stalls:
+    the old code declared a partition idle in about one stall in eight."""
+    pipeline = await Pipeline(
+        broker, tmp_path, PAIRSTREAM_EVENTS_PARTITIONS="4", PAIRSTREAM_IDLE_TIMEOUT_SECONDS="3"
+    ).create_topics()
+    worker = pipeline.worker().start()
+    sent = 0
+
+    async def trickle(seconds: float) -> None:
+        nonlocal sent
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:  # a record into each partition every 0.2 s
+            stamp = f"2024-02-09 21:{sent // 60 % 60:02d}:{sent % 60:02d}"
+            placed = [(p, event("A", stamp, f"A-{p}-{sent}")) for p in range(4)]
+            await produce_to_partitions(pipeline, placed)
+            sent += 1
+            await asyncio.sleep(0.2)  # the stream's pace, not a synchronisation
+
+    try:
+        await worker.wait_ready()
+        assert worker.process is not None
+        await trickle(3)
+        for _ in range(2):
+            # Quiet for 1 s (a third of the idle timeout): the worker commits all it has.
+            await asyncio.sleep(1)
+            os.killpg(worker.process.pid, signal.SIGSTOP)
+            await trickle(6)  # the stall: past the idle timeout, inside the session's
+            os.killpg(worker.process.pid, signal.SIGCONT)
+            await trickle(2)  # back, through two idle checks
+    finally:
+        worker.kill()
+    log = worker.log()
+    assert "is idle: it stops holding" not in log, log[-4000:]
 
 
 async def produce_to_partitions(pipeline: Pipeline, placed: list[tuple[int, bytes | None]]) -> None:
