@@ -12,6 +12,7 @@ from mode import ServiceT
 
 from app import internals
 from app.consumer import ExactlyOnceTransport
+from app.flow_queue import RebalanceSafeQueue
 from app.partition_tasks import PartitionTasks
 from app.settings import settings
 from app.worker import PairstreamWorker
@@ -24,7 +25,8 @@ log = logging.getLogger(__name__)
 
 class PairstreamApp(faust.App):
     """faust.App with a transport whose commits never split an event (app/consumer.py),
-    the registry of this worker's partition tasks, and the delivery dispatcher."""
+    buffers a rebalance clears for good (app/flow_queue.py), the registry of this
+    worker's partition tasks, and the delivery dispatcher."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -36,6 +38,13 @@ class PairstreamApp(faust.App):
 
     def _new_producer_transport(self) -> Any:
         return ExactlyOnceTransport(self.conf.broker_producer, self)
+
+    def FlowControlQueue(
+        self, maxsize: int | None = None, *, clear_on_resume: bool = False
+    ) -> RebalanceSafeQueue[Any]:
+        return RebalanceSafeQueue(
+            maxsize or 0, flow_control=self.flow_control, clear_on_resume=clear_on_resume
+        )
 
     def on_init_dependencies(self) -> Iterable[ServiceT]:
         dependencies = super().on_init_dependencies()

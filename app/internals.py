@@ -66,6 +66,7 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
         "_new_transport": ("self",),
         "_new_producer_transport": ("self",),
         "on_init_dependencies": ("self",),
+        "FlowControlQueue": ("self", "maxsize", "clear_on_resume"),
     },
     faust.Worker: {
         "on_setup_root_logger": ("self", "logger", "level"),

@@ -29,9 +29,11 @@ from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import TopicPartition
 from faust.exceptions import ConsumerNotStarted
 from faust.tables import TableManager
+from faust.transport.conductor import ConductorCompiler
 from faust.transport.consumer import ThreadDelegateConsumer
 from faust.types import TP, Message
 from mode.services import ServiceTask
+from mode.utils.queues import FlowControlEvent, ThrowableQueue
 
 from app import consumer as consumer_module
 from app import internals
@@ -42,6 +44,7 @@ from app.consumer import (
     ExactlyOnceProducer,
 )
 from app.faust_app import PairstreamApp, PairstreamTableManager, app
+from app.flow_queue import RebalanceSafeQueue
 from app.offset_fetch import OffsetFetchRequest_v7, OffsetFetchResponse_v7
 from app.outbox import transactional_id
 from app.settings import settings
@@ -599,6 +602,68 @@ async def test_a_waiting_hand_over_is_dropped_when_the_flow_is_suspended() -> No
     await _drain_one_fetch(callback, [1, 2, 3], consumer)
     # 3 goes faust's way while the flow is suspended: raced against the set flag.
     assert handed[:2] == ["1", "2 cancelled"]
+
+
+async def _restored_after_a_rebalance(queue_class: type[ThrowableQueue[Any]]) -> list[int]:
+    """faust's own hand-over of fetched records (the conductor's handler) into a
+    restore's changelog queue of one place, around a rebalance: a record (19425) is
+    handed over while the queue is full, and the rebalance suspends the flow before
+    the put faust starts for it has run; the restore then resumes the flow and the
+    fetch brings 17385.. again. Returns the offsets the restore reads, in order."""
+    tp = TP("restored-changelog", 0)
+    flow = FlowControlEvent()  # the app's, which its queues and handlers share
+    flow.resume()
+    queue = queue_class(1, flow_control=flow, clear_on_resume=True)
+    channel = faust.Topic(app, topics=[tp.topic], key_type=bytes, value_type=bytes)
+    channel = channel.clone_using_queue(queue)
+    hand_over = ConductorCompiler().build(app.topics, tp, {channel})
+
+    def record(offset: int) -> Message:
+        return Message(tp.topic, tp.partition, offset, 0.0, 0, {}, b"k", b"v", None)
+
+    app_flow_was_active = app.flow_control.is_active()
+    app.flow_control.resume()  # the handler's own wait for the flow: passed at once
+    try:
+        await hand_over(record(17384))
+        waiting = asyncio.ensure_future(hand_over(record(19425)))
+        await asyncio.sleep(0)  # finds the queue full: starts a put of its own
+        flow.suspend()  # the rebalance, as faust's `_on_partitions_revoked`...
+        waiting.cancel()  # ...whose suspension of the consumer's flow cancels this
+        flow.clear()
+        await asyncio.sleep(0)  # the put task waits for the flow
+        flow.resume()  # the restore, after its seek
+        read: list[int] = []
+
+        async def restore() -> None:
+            while True:
+                read.append((await queue.get()).message.offset)
+
+        restoring = asyncio.ensure_future(restore())
+        await asyncio.sleep(0.01)  # the fetch's round trip
+        for offset in range(17385, 17390):
+            await hand_over(record(offset))
+        await asyncio.sleep(0.01)
+        restoring.cancel()
+        return read
+    finally:
+        if not app_flow_was_active:
+            app.flow_control.suspend()
+
+
+async def test_a_put_left_waiting_by_a_rebalance_lands_ahead_of_the_restore_s_fetch() -> None:
+    # Why RebalanceSafeQueue exists: faust's restore keeps the highest offset it has
+    # read and drops records at or below it, so 17385..19424 would be lost.
+    read = await _restored_after_a_rebalance(ThrowableQueue)
+    assert read == [19425, *range(17385, 17390)]
+
+
+async def test_a_put_left_waiting_by_a_rebalance_is_dropped() -> None:
+    assert await _restored_after_a_rebalance(RebalanceSafeQueue) == list(range(17385, 17390))
+
+
+def test_the_app_s_fetch_buffers_drop_puts_left_waiting_by_a_rebalance() -> None:
+    assert type(app.FlowControlQueue(maxsize=4, clear_on_resume=True)) is RebalanceSafeQueue
+    assert type(app.tables.changelog_queue) is RebalanceSafeQueue
 
 
 def test_a_hold_is_released_by_the_record_after_a_sought_transaction_marker() -> None:
