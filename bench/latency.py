@@ -4,6 +4,7 @@ its second event to the pair being visible to a read_committed consumer."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import random
 import time
@@ -149,3 +150,28 @@ async def measure_levels(
             )
         )
     return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    """One level on its own, for comparing two versions of the worker in turn."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.latency",
+        description="Latency at one rate: one worker, a steady load, p50/p99/max from send"
+        " to visible (the suite's latency part at one level).",
+    )
+    parser.add_argument("rate", type=float, help="events per second offered")
+    parser.add_argument("--seconds", type=float, default=25.0, help="of load (default 25)")
+    parser.add_argument("--commit-interval", type=float, default=1.0)
+    parser.add_argument("--bootstrap", required=True, help="a running broker")
+    args = parser.parse_args(argv)
+    [level] = asyncio.run(
+        run_latency(args.bootstrap, args.commit_interval, args.rate, [1.0], args.seconds)
+    )
+    print(
+        f"{level.events_per_second:,.0f} events/s offered, {level.pairs} pairs measured:"
+        f" p50 {level.p50:.3f} s, p99 {level.p99:.3f} s, max {level.max:.3f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()
