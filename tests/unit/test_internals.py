@@ -604,6 +604,13 @@ async def test_a_waiting_hand_over_is_dropped_when_the_flow_is_suspended() -> No
     assert handed[:2] == ["1", "2 cancelled"]
 
 
+async def _loop_turns(turns: int) -> None:
+    """Lets the tasks that are ready run, for so many turns of the event loop (not for
+    so long: nothing here waits on I/O)."""
+    for _ in range(turns):
+        await asyncio.sleep(0)
+
+
 async def _restored_after_a_rebalance(queue_class: type[ThrowableQueue[Any]]) -> list[int]:
     """faust's own hand-over of fetched records (the conductor's handler) into a
     restore's changelog queue of one place, around a rebalance: a record (19425) is
@@ -639,10 +646,10 @@ async def _restored_after_a_rebalance(queue_class: type[ThrowableQueue[Any]]) ->
                 read.append((await queue.get()).message.offset)
 
         restoring = asyncio.ensure_future(restore())
-        await asyncio.sleep(0.01)  # the fetch's round trip
+        await _loop_turns(50)  # the fetch's round trip
         for offset in range(17385, 17390):
             await hand_over(record(offset))
-        await asyncio.sleep(0.01)
+        await _loop_turns(50)
         restoring.cancel()
         return read
     finally:
