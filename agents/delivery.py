@@ -189,7 +189,11 @@ def apply_log(store: DeliveryStore, deliveries: PartitionDeliveries, message: An
 def resume(deliveries: PartitionDeliveries) -> None:
     """The log is caught up: decide about every stored message not yet final."""
     number = deliveries.partition
-    stored = list(stored_entries(app.partition_tasks.local_state, number))
+    tasks = app.partition_tasks
+    writers = [
+        task.writes for tp in (TP(BY_ID, number), TP(LOG, number)) if (task := tasks.get(tp))
+    ]
+    stored = list(stored_entries(tasks.local_state, number, writers))
     deliveries.finals = [(e.at_ms, i) for i, e in stored if e.terminal]
     heapq.heapify(deliveries.finals)
     deliveries.stream_time_ms = max((e.at_ms for _, e in stored), default=0)

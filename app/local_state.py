@@ -17,7 +17,7 @@ then RocksDB.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from faust.types import TP
@@ -51,13 +51,18 @@ class LocalPartition:
         stored: Value = internals.local_partition(self.table, self.partition).get(key)
         return stored
 
-    def items(self) -> Iterator[tuple[bytes, bytes]]:
+    def items(self, *staged: Mapping[bytes, Value]) -> Iterator[tuple[bytes, bytes]]:
+        """Every entry: RocksDB, under the uncommitted writes, under `staged` writes of
+        steps not sent yet (`StepWrites.staged`)."""
+        over = dict(self.uncommitted)
+        for writes in staged:
+            over.update(writes)
         db = internals.local_partition(self.table, self.partition)
         offset_key = self.table.data.offset_key
         for key, value in db.items():
-            if key != offset_key and key not in self.uncommitted:
+            if key != offset_key and key not in over:
                 yield key, value
-        for key, maybe in list(self.uncommitted.items()):
+        for key, maybe in over.items():
             if maybe is not None:
                 yield key, maybe
 
@@ -140,6 +145,12 @@ class StepWrites:
             staged = self._staged[local] = {}
         staged[key] = value
         self._last_record[local] = record
+
+    def staged(self, local: LocalPartition) -> Mapping[bytes, Value]:
+        """What the current step, or the steps held while the task's transaction
+        commits, wrote to `local`: in no transaction yet, and newer than its
+        uncommitted writes."""
+        return self._staged.get(local, {})
 
     def sent(self, deliveries: Sequence[Delivery]) -> None:
         """The step's records are sent into its transaction (`deliveries` in outbox order)."""

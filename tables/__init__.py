@@ -47,8 +47,8 @@ class TableWriter:
         return self._writes.get(self._local, key)
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
-        """The partition's entries, uncommitted writes included (not the step's own)."""
-        return self._local.items()
+        """The partition's entries, uncommitted and staged writes included."""
+        return self._local.items(self._writes.staged(self._local))
 
     def put(self, key: bytes, value: bytes) -> None:
         self._write(key, value)

@@ -8,9 +8,9 @@ has committed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-from app.local_state import LocalState
+from app.local_state import LocalState, StepWrites
 from app.partition_tasks import PartitionTask
 from app.settings import settings
 from pairing.delivery import Entry, decode_entry, encode_entry
@@ -40,8 +40,14 @@ class DeliveryStore:
         self._writer.delete(identity.encode())
 
 
-def stored_entries(local_state: LocalState, partition: int) -> Iterator[tuple[str, Entry]]:
-    """Every entry of a partition, uncommitted ones included (outside a step: the scan
-    at the end of a catch-up)."""
-    for raw_key, raw_value in local_state.partition(table, partition).items():
+def stored_entries(
+    local_state: LocalState, partition: int, writers: Iterable[StepWrites]
+) -> Iterator[tuple[str, Entry]]:
+    """Every entry of a partition, outside a step (the scan at the end of a catch-up):
+    uncommitted ones included, and those still staged by the partition tasks that write
+    it (`writers`). Steps held while a transaction commits stay staged until the next
+    one begins; a scan without them resumed messages whose outcome a held step had just
+    applied, and called the API for them again."""
+    local = local_state.partition(table, partition)
+    for raw_key, raw_value in local.items(*(writes.staged(local) for writes in writers)):
         yield raw_key.decode(), decode_entry(raw_value)

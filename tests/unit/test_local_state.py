@@ -15,8 +15,10 @@ import rocksdict
 from faust.stores.rocksdb import Store
 from faust.types import TP
 
+import tables.deliveries as deliveries
 from app.local_state import LocalState
 from app.partition_tasks import PartitionTask
+from pairing.delivery import Entry, Status, encode_entry
 from tables import TableWriter
 
 A, B = TP("keyed", 0), TP("other", 0)
@@ -161,3 +163,40 @@ async def test_no_persisted_offset_without_every_delivery(tmp_path: Path, failur
     # 5 is known, but the other record may come after it or before: behind is safe,
     # ahead would make the next restore skip records.
     assert db(table).get(Store.offset_key) is None
+
+
+async def test_a_scan_sees_what_steps_staged(tmp_path: Path) -> None:
+    table, local_state = fake_table(tmp_path), LocalState()
+    task = PartitionTask(A, local_state)
+    writer = TableWriter(table, task)
+    writer.put(b"k", b"committed")
+    step_sent(task, first_offset=0)
+    local_state.committed({A})
+    writer.put(b"k", b"staged")
+    writer.put(b"j", b"new")
+    assert sorted(writer.items()) == [(b"j", b"new"), (b"k", b"staged")]
+
+
+async def test_the_catch_up_scan_sees_steps_held_while_a_transaction_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Delivery: the by-id and the log task of a partition write one store partition. A
+    # log step held while the log's transaction commits leaves the outcome it applied
+    # staged until the next transaction begins; the scan at the end of the catch-up
+    # runs meanwhile, and must not take the message for one still being called.
+    table, local_state = fake_table(tmp_path), LocalState()
+    monkeypatch.setattr(deliveries, "table", table)
+    by_id, log = PartitionTask(A, local_state), PartitionTask(B, local_state)
+    queued = Entry(Status.QUEUED, 1, b"{}")
+    calling = Entry(Status.CALLING, 1, b"{}", attempts=1)
+    done = Entry(Status.DELIVERED, 1, None, attempts=1)
+    TableWriter(table, by_id).put(b"m", encode_entry(queued))
+    step_sent(by_id, first_offset=0)
+    local_state.committed({A})
+    TableWriter(table, log).put(b"m", encode_entry(calling))
+    step_sent(log, first_offset=1)  # sent, uncommitted
+    TableWriter(table, log).put(b"m", encode_entry(done))  # held: staged
+    scanned = dict(deliveries.stored_entries(local_state, 0, [by_id.writes, log.writes]))
+    assert scanned == {"m": done}
+    # Without the staged writes, the scan took it for a call the API may have had.
+    assert dict(deliveries.stored_entries(local_state, 0, [])) == {"m": calling}
