@@ -25,7 +25,7 @@ from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any, cast
 from weakref import WeakSet
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import IllegalOperation, ProducerFenced
 from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -388,6 +388,12 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
 
 
 class ExactlyOnceProducer(faust_aiokafka.Producer):
+    def _new_producer(self, transactional_id: str | None = None) -> AIOKafkaProducer:
+        # Every producer faust makes: the plain one and one per transaction.
+        producer: AIOKafkaProducer = super()._new_producer(transactional_id)
+        internals.track_known_topics(producer)
+        return producer
+
     async def commit_transactions(
         self,
         tid_to_offset_map: Mapping[str, Mapping[TP, int]],

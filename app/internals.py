@@ -14,7 +14,7 @@ from typing import Any
 
 import faust
 import rocksdict
-from aiokafka import AIOKafkaConsumer, errors
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, errors
 from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.protocol.commit import OffsetFetchRequest
@@ -59,6 +59,7 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
         "commit": ("self", "offsets", "start_new_transaction"),
     },
     faust_aiokafka.Producer: {
+        "_new_producer": ("self", "transactional_id"),
         "_settings_extra": ("self",),
         "commit_transactions": ("self", "tid_to_offset_map", "group_id", "start_new_transaction"),
     },
@@ -219,6 +220,29 @@ def transaction_producer(transactional_id: str) -> tuple[Any, asyncio.Lock] | No
     if producer is None:
         return None
     return producer, faust_aiokafka.Producer._trn_locks[transactional_id]
+
+
+def track_known_topics(producer: AIOKafkaProducer) -> None:
+    """Keep the topics an aiokafka producer knows in its metadata once it tracks one.
+
+    Its client (`AIOKafkaClient`) asks the broker for every topic while it tracks none
+    (`_topics` empty), and for the tracked ones only after its first `add_topic`, which
+    a send to a topic missing from its metadata makes. The topics it had sent to until
+    then, untracked, drop out of its metadata: their batches wait for a leader for
+    ever, the sender asks for metadata in a loop, and a commit, which flushes them,
+    hangs until the transaction times out. Seen when a worker's first sends went to a
+    changelog the broker was still creating (the smoke run's parts side by side, on
+    a fresh broker: about 1,000 metadata requests a second for 60 s)."""
+    client = producer.client
+    add_topic = client.add_topic
+
+    def add_topic_keeping_known(topic: str) -> asyncio.Future[Any]:
+        if not client._topics:
+            client._topics.update(client.cluster.topics())
+        future: asyncio.Future[Any] = add_topic(topic)
+        return future
+
+    client.add_topic = add_topic_keeping_known
 
 
 def sender_task(producer: Any) -> asyncio.Task[Any] | None:

@@ -193,3 +193,32 @@ async def test_committed_offsets_are_read_right_after_a_broker_restart(broker: s
     # Some look-ups read "nothing committed", as aiokafka alone answers a coordinator
     # still loading, or the transaction before's offsets.
     assert all(plain[tp] in (None, offset, offset - 10) for tp, offset in committed.items())
+
+
+@pytest.mark.parametrize("tracked", [False, True], ids=["aiokafka", "known-topics-tracked"])
+async def test_a_send_to_a_new_topic_keeps_the_batches_of_the_others_going(
+    broker: str, tracked: bool
+) -> None:
+    # aiokafka's producer asks for every topic's metadata until its first send to a
+    # topic it does not know, then for that one only: a batch already waiting for
+    # another topic loses its leader, and a flush (a commit's) never ends. Should
+    # aiokafka fix it, the first case fails, and internals.track_known_topics can go.
+    known = await new_topic(broker, "known")
+    producer = AIOKafkaProducer(bootstrap_servers=broker, linger_ms=3000)
+    if tracked:
+        internals.track_known_topics(producer)
+    await producer.start()
+    try:
+        while producer.client.cluster.partitions_for_topic(known) is None:
+            await producer.client.force_metadata_update()  # the topic is new to the broker too
+        waiting = await producer.send(known, b"lingering", partition=0)
+        await producer.send(await new_topic(broker, "new"), b"first", partition=0)
+        try:
+            await asyncio.wait_for(producer.flush(), 10)
+        except TimeoutError:
+            assert not tracked, "the flush hung with the known topics tracked"
+            return
+        assert tracked, "aiokafka kept the other topics' metadata: the workaround can go"
+        assert (await waiting).offset == 0
+    finally:
+        await asyncio.wait_for(producer.stop(), 30)
