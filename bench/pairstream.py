@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -24,6 +23,7 @@ from bench.stalls import log_tail, stalled_worker
 from bench.workload import INPUT_PARTITIONS, delete_topics, pre_produce
 from tools.demo import run_settings, start_worker, stop_worker, wait_ready
 from tools.generate import Record
+from tools.ports import free_port
 
 
 @dataclass(frozen=True)
@@ -85,13 +85,6 @@ def worker_run(
     log_path = Path(conf.data_dir).with_name(f"{run_id}-worker.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     return WorkerRun(conf, log_path, f"http://127.0.0.1:{port}/stats")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def through_pairing(url: str) -> int:

@@ -15,11 +15,12 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from app.kafka_admin import ensure_topics
 from bench.measure import cpu_seconds
-from bench.pairstream import free_port, worker_run
+from bench.pairstream import worker_run
 from bench.quix import committed, committed_until_every_pair, count_visible, expected_pairs
 from bench.workload import pre_produce
 from tools.demo import start_worker, stop_worker, wait_ready
 from tools.generate import Record
+from tools.ports import free_port
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ import asyncio
 import base64
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,17 +23,12 @@ from app.kafka_admin import end_offsets, ensure_topics, read_committed
 from app.settings import Settings
 from tests.reference_model import Expected, expected_outputs
 from tools.generate import Record, produce
+from tools.ports import free_port
 from tools.read_outputs import OutputReader, Outputs
 
 ROOT = Path(__file__).resolve().parents[2]
 FAUST = str(Path(sys.executable).with_name("faust"))
 NEVER = "1000000"  # seconds: keeps wall-clock expiry and ticks out of exact comparisons
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Pipeline:

@@ -31,13 +31,13 @@ from tests.integration.harness import (
     ROOT,
     Pipeline,
     expected_total,
-    free_port,
     kill_group,
     read_partitions,
     wait_for_outputs,
 )
 from tools import spark_cluster
 from tools.generate import Record, StreamShape, generate
+from tools.ports import free_port
 from tools.read_outputs import OutputReader
 
 pytestmark = pytest.mark.broker

@@ -40,12 +40,24 @@ async def bench_topics(bootstrap: str) -> set[str]:
         await admin.close()
 
 
+def failure_report(done: subprocess.CompletedProcess[str], before: set[Path]) -> str:
+    """What a failed run said last, and the ends of the worker logs it kept: CI shows
+    the head and tail of a long failure, so the cause must be at the end."""
+    logs = sorted(set((ROOT / ".run").glob("bench-*.log")) - before)
+    tails = [f"--- {log.name}:\n" + "\n".join(log.read_text().splitlines()[-15:]) for log in logs]
+    stderr = "\n".join(done.stderr.splitlines()[-30:])
+    return "\n".join([f"exit status {done.returncode}; stdout:", done.stdout, *tails,
+                      "--- the end of stderr:", stderr])  # fmt: skip
+
+
 def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     out = tmp_path / "BENCHMARKS.md"
     command = [sys.executable, "-m", "bench", "--smoke", "--bootstrap", broker, "--out", str(out),
                "--profile", str(tmp_path / "profile.txt")]  # fmt: skip
     topics, files = asyncio.run(bench_topics(broker)), set((ROOT / ".run").glob("bench-*"))
-    subprocess.run(command, cwd=ROOT, check=True, timeout=600)
+    done = subprocess.run(command, cwd=ROOT, timeout=600, capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.fail(failure_report(done, files), pytrace=False)
     # Runs that succeeded leave no topics and no state behind.
     assert asyncio.run(bench_topics(broker)) <= topics
     assert set((ROOT / ".run").glob("bench-*")) <= files
