@@ -3,6 +3,7 @@ read_committed probe of a partition."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
@@ -81,23 +82,61 @@ async def check_input_partitions(conf: Settings) -> None:
         )
 
 
-async def ensure_topics(conf: Settings) -> None:
-    """Create the pipeline's missing topics (the broker does not auto-create)."""
+class TopicsNotReady(RuntimeError):
+    pass
+
+
+async def wait_until_ready(conf: Settings, partitions: Mapping[str, int], timeout: float) -> None:
+    """Wait until the broker's metadata shows each topic with its `partitions`, each with
+    a leader. A topic just created can be missing from it for seconds (seen for 7-10 s on
+    a loaded machine), and faust's assignor leaves the partitions of a changelog it does
+    not see out of the assignment: the tables then start empty, with no restore."""
+    if not partitions:
+        return
     admin = AIOKafkaAdminClient(bootstrap_servers=conf.bootstrap_servers)
     await admin.start()
     try:
-        existing = set(await admin.list_topics())
-        compacted = compacted_topics(conf)
-        for name, partitions in topic_partitions(conf).items():
-            if name not in existing:
-                with suppress(TopicAlreadyExistsError):  # another worker made it first
-                    configs = {"cleanup.policy": "compact"} if name in compacted else {}
-                    topic = NewTopic(
-                        name, partitions, conf.replication_factor, topic_configs=configs
-                    )
-                    await admin.create_topics([topic])
+        deadline = time.monotonic() + timeout
+        while missing := await _not_ready(admin, partitions):
+            if time.monotonic() > deadline:
+                raise TopicsNotReady(
+                    f"not in the broker's metadata after {timeout:.0f}s: {sorted(missing)}"
+                )
+            await asyncio.sleep(0.2)  # polling the broker's metadata
     finally:
         await admin.close()
+
+
+async def _not_ready(admin: AIOKafkaAdminClient, partitions: Mapping[str, int]) -> set[str]:
+    described = await admin.describe_topics(list(partitions))
+    ready = {
+        topic["topic"]
+        for topic in described
+        if topic["error_code"] == 0
+        and len(topic["partitions"]) >= partitions[topic["topic"]]
+        and all(p["error_code"] == 0 and p["leader"] >= 0 for p in topic["partitions"])
+    }
+    return set(partitions) - ready
+
+
+async def ensure_topics(conf: Settings) -> None:
+    """Create the pipeline's missing topics (the broker does not auto-create), and wait
+    until the broker's metadata shows them."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=conf.bootstrap_servers)
+    await admin.start()
+    missing: dict[str, int] = {}
+    try:
+        existing = set(await admin.list_topics())
+        compacted = compacted_topics(conf)
+        missing = {n: p for n, p in topic_partitions(conf).items() if n not in existing}
+        for name, partitions in missing.items():
+            with suppress(TopicAlreadyExistsError):  # another worker made it first
+                configs = {"cleanup.policy": "compact"} if name in compacted else {}
+                topic = NewTopic(name, partitions, conf.replication_factor, topic_configs=configs)
+                await admin.create_topics([topic])
+    finally:
+        await admin.close()
+    await wait_until_ready(conf, missing, conf.topics_ready_timeout_seconds)
 
 
 @asynccontextmanager

@@ -107,6 +107,13 @@ class Settings(BaseSettings):
         description="how often a worker refreshes cluster metadata: a subscribed topic it did"
         " not see at its assignment (just created) is picked up within this time",
     )
+    topics_ready_timeout_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="how long a starting worker waits, before it joins the group, for its"
+        " tables' changelog topics to show in the broker's metadata with a leader for every"
+        " partition; an assignment made without them would start the tables empty",
+    )
     producer_linger_seconds: float = Field(
         0.1,
         ge=0,

@@ -16,7 +16,7 @@ from aiokafka.errors import KafkaConnectionError, UnknownMemberIdError
 from faust.types import TP
 
 from app import internals
-from app.kafka_admin import end_offsets, last_committed_records
+from app.kafka_admin import TopicsNotReady, end_offsets, last_committed_records, wait_until_ready
 from app.settings import Settings
 from tests.conftest import broker_nodes
 from tools import broker as local_broker
@@ -222,3 +222,13 @@ async def test_a_send_to_a_new_topic_keeps_the_batches_of_the_others_going(
         assert (await waiting).offset == 0
     finally:
         await asyncio.wait_for(producer.stop(), 30)
+
+
+async def test_topics_are_ready_once_the_broker_shows_every_partition(broker: str) -> None:
+    conf = Settings(broker=f"kafka://{broker}")
+    topic = await new_topic(broker, "ready")
+    await wait_until_ready(conf, {topic: 4}, 30)  # created: 4 partitions, each with a leader
+    with pytest.raises(TopicsNotReady, match="never-created"):
+        await wait_until_ready(conf, {f"{topic}-never-created": 1, topic: 4}, 1)
+    with pytest.raises(TopicsNotReady):
+        await wait_until_ready(conf, {topic: 5}, 1)  # fewer partitions than wanted

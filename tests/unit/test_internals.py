@@ -107,6 +107,7 @@ def test_our_table_manager_starts_as_faust_s_does_without_its_wait() -> None:
     ]
     assert body(PairstreamTableManager.on_start) == [
         "if not self.should_stop:",
+        "await changelogs_ready(self)",
         "await internals.take_tables_on(self)",
         "await self.recovery.start()",
     ]
