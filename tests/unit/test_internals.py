@@ -871,3 +871,17 @@ async def test_a_record_appended_to_the_open_batch_follows_the_one_send_put_ther
     assert [(r.key, r.value) for r in records] == [(b"k1", b"v1"), (b"k2", b"v2"), (b"k3", b"v3")]
     assert [r.offset for r in records] == [0, 1, 2]
     assert internals.append_to_open_batch(producer, "out", 3, b"k", b"v") is None
+
+
+async def test_a_producer_tracking_its_first_topic_keeps_tracking_those_it_knew() -> None:
+    producer = producer_knowing({"keyed": 4, "pairs": 4})
+    client = producer.client
+    untouched = producer_knowing({"keyed": 4})
+    untouched.client.add_topic("changelog")
+    # aiokafka alone: from then on its metadata asks for that one topic only.
+    assert untouched.client._topics == {"changelog"}
+    internals.track_known_topics(producer)
+    client.add_topic("changelog")  # a send to a topic the broker was still creating
+    assert client._topics == {"keyed", "pairs", "changelog"}
+    client.add_topic("later")  # once tracking, as aiokafka does
+    assert client._topics == {"keyed", "pairs", "changelog", "later"}
