@@ -435,7 +435,7 @@ class ConcurrentTransactionManager(TransactionManager):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._watched_senders: WeakSet[asyncio.Task[Any]] = WeakSet()
+        self._watched_tasks: WeakSet[asyncio.Task[Any]] = WeakSet()
 
     async def commit(self, offsets: Mapping[TP, int], start_new_transaction: bool = True) -> bool:
         # faust's commit crashes the app when a producer is fenced, but answers True:
@@ -473,24 +473,29 @@ class ConcurrentTransactionManager(TransactionManager):
         started = list(tids)
         await asyncio.gather(*(self.producer.maybe_begin_transaction(tid) for tid in started))
         for tid in started:
-            self._crash_when_sender_fails(tid)
+            self._crash_when_producer_tasks_fail(tid)
 
-    def _crash_when_sender_fails(self, tid: str) -> None:
+    def _crash_when_producer_tasks_fail(self, tid: str) -> None:
         # A producer's sender routine ends on an error it does not expect (a broker
         # answered TxnOffsetCommit with UNKNOWN_SERVER_ERROR after a hard bounce, its
         # group coordinator out of sync): aiokafka then fails the producer's batches,
         # but a commit waiting on the transaction waited for ever, and the worker hung
-        # with its partitions. Crashed, it is restarted and its transactions abort.
+        # with its partitions. So can its metadata synchronizer: a produce retry then
+        # waits for a metadata update nothing runs (a worker stalled 11 minutes after a
+        # hard bounce, with 26 producer senders and 25 synchronizers; docs/
+        # exactly-once.md, point 25). Crashed, it is restarted and its transactions abort.
         found = internals.transaction_producer(tid)
-        task = None if found is None else internals.sender_task(found[0])
-        if task is None or task in self._watched_senders:
+        if found is None:
             return
-        self._watched_senders.add(task)
-        task.add_done_callback(self._sender_stopped)
+        for task in (internals.sender_task(found[0]), internals.metadata_task(found[0])):
+            if task is not None and task not in self._watched_tasks:
+                self._watched_tasks.add(task)
+                task.add_done_callback(self._producer_task_ended)
 
-    def _sender_stopped(self, task: asyncio.Task[Any]) -> None:
+    def _producer_task_ended(self, task: asyncio.Task[Any]) -> None:
         error = None if task.cancelled() else task.exception()
         if error is not None:
+            log.error("a producer's task %s ended: %r; crashing the worker", task, error)
             app: Any = self.app
             app.add_future(app.crash(error))
 

@@ -253,6 +253,15 @@ def sender_task(producer: Any) -> asyncio.Task[Any] | None:
     return task
 
 
+def metadata_task(producer: Any) -> asyncio.Task[Any] | None:
+    """The task of an aiokafka producer's metadata synchronizer (its client's
+    `_sync_task`), which runs every metadata update its sends and produce retries wait
+    for; None before the producer has started and after it has closed. aiokafka does
+    not restart it if it ends."""
+    task: asyncio.Task[Any] | None = producer.client._sync_task
+    return task
+
+
 def append_to_open_batch(
     producer: Any, topic: str, partition: int, key: bytes | None, value: bytes | None
 ) -> tuple[asyncio.Future[Any], int] | None:

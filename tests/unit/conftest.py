@@ -26,11 +26,14 @@ class FakeTransactionalProducer:
     def __init__(self) -> None:
         self.began = 0
         self.stopped = False
-        # aiokafka's sender: its routine's task, from the start
+        # aiokafka's sender and client: their routines' tasks, from the start
         self._sender = SimpleNamespace(sender_task=None)
+        self.client = SimpleNamespace(_sync_task=None)
 
     async def start(self) -> None:
-        self._sender.sender_task = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._sender.sender_task = loop.create_future()
+        self.client._sync_task = loop.create_future()
 
     async def begin_transaction(self) -> None:
         self.began += 1

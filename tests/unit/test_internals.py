@@ -18,6 +18,7 @@ from unittest.mock import AsyncMock
 import faust
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.client import AIOKafkaClient
 from aiokafka.consumer.fetcher import Fetcher, FetchResult
 from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance, GroupCoordinator
 from aiokafka.consumer.subscription_state import SubscriptionState
@@ -277,7 +278,8 @@ async def test_a_transactional_producer_whose_sender_fails_crashes_the_worker(
 ) -> None:
     """aiokafka's sender routine ends on an error it does not expect (UNKNOWN_SERVER_ERROR
     to TxnOffsetCommit, seen after a broker's hard bounce); a commit waiting on the
-    transaction then waited for ever. The worker crashes instead, once per producer."""
+    transaction then waited for ever. So does a produce retry when the client's metadata
+    synchronizer has ended. The worker crashes instead, once per task."""
     crashes: list[BaseException] = []
 
     async def crash(reason: BaseException) -> None:
@@ -294,10 +296,12 @@ async def test_a_transactional_producer_whose_sender_fails_crashes_the_worker(
         await manager._start_transactions(tids)  # begun already: only watched
         await manager._start_transactions(tids)  # a second assignment: watched once
         fakes[0]._sender.sender_task.cancel()  # a producer stopped: no crash
+        fakes[0].client._sync_task.cancel()
         fakes[1]._sender.sender_task.set_exception(UnknownError())
+        fakes[1].client._sync_task.set_exception(KeyError("metadata"))
         await asyncio.sleep(0)
         await asyncio.sleep(0)
-        assert [type(c) for c in crashes] == [UnknownError]
+        assert sorted(type(c).__name__ for c in crashes) == ["KeyError", "UnknownError"]
     finally:
         for tid in tids:
             app.producer._transaction_producers.pop(tid, None)  # type: ignore[attr-defined]
@@ -323,6 +327,14 @@ async def test_a_commit_not_ended_after_the_transaction_timeout_crashes_the_work
     assert isinstance(manager, ConcurrentTransactionManager)
     assert await asyncio.wait_for(manager.commit({TP("events", 0): 7}), 5) is False
     assert [type(c) for c in crashes] == [TimeoutError]
+
+
+async def test_metadata_task_is_the_task_of_aiokafka_s_metadata_synchronizer() -> None:
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1")
+    assert internals.metadata_task(producer) is None  # before its start
+    assert "self._sync_task = create_task(self._md_synchronizer())" in inspect.getsource(
+        AIOKafkaClient.bootstrap
+    )
 
 
 async def test_sender_task_is_the_task_of_aiokafka_s_sender_routine() -> None:
