@@ -51,9 +51,9 @@ ACCOUNTS = conf.accounts_by_account_topic
 DLQ = conf.deposits_dead_letter_topic
 
 # Validation's state: `a:<account>` -> the account, `d:<account>:<deposit id>` -> seen.
-accounts = bytes_table("accounts", conf.partitions)
+accounts = bytes_table("accounts", conf.partitions, [DEPOSITS, ACCOUNTS])
 # The ledger's: `<account>` -> totals.
-ledger = bytes_table("ledger", conf.partitions)
+ledger = bytes_table("ledger", conf.partitions, [conf.validated_topic])
 
 
 deposits_in = bytes_topic(conf.deposits_topic, internal=False)

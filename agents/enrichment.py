@@ -44,7 +44,7 @@ DELETED = b""  # a deleted row, as stored
 
 # Per partition p: `r:<p>:<day>` -> its row (DELETED once deleted), `w:<p>:<pair key>` ->
 # a pair waiting for its row.
-state = bytes_table("enrichment", conf.partitions)
+state = bytes_table("enrichment", conf.partitions, [conf.pairs_topic, ROWS])
 
 sources = bytes_topic(conf.sources_topic, internal=False)
 joined = bytes_topic(conf.pairs_topic, ROWS, internal=False)  # co-partitioned

@@ -46,6 +46,18 @@ log = logging.getLogger(__name__)
 UNKNOWN = 1 << 62  # offsets left to process, when not known (counts as a backlog)
 
 
+class ChangelogsNotAssigned(RuntimeError):
+    def __init__(self, missing: list[TP]) -> None:
+        super().__init__(
+            "assigned input partitions without the changelog partitions of their state:"
+            f" {', '.join(f'{tp.topic}[{tp.partition}]' for tp in missing)}. The group"
+            " leader's metadata lacked them (a changelog just created, or deleted?), or"
+            " the tables and their input topics differ in partitions. Stopping rather"
+            " than run on tables that were never restored."
+        )
+        self.missing = missing
+
+
 class ExactlyOnceConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     async def on_start(self) -> None:
         # Before the join, which a predecessor killed without leaving would hold up
@@ -297,6 +309,13 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
             await self.app.producer.stop_transaction(tid)
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
+        missing = self.tasks.changelogs_missing(self.app.assignor.assigned_actives())
+        if missing:
+            # Before faust takes the assignment on: no step of it runs. A restart
+            # joins again, with the changelogs declared and seen first (app/faust_app.py).
+            self.tasks.closing = True
+            await self.app.crash(ChangelogsNotAssigned(missing))
+            return
         self.tasks.assigned(assigned)
         await super().on_partitions_assigned(assigned, generation_id)
 

@@ -120,10 +120,31 @@ class PartitionTasks:
         self.commit_listeners: list[Callable[[dict[TP, int]], None]] = []
         # Awaited on revocation, after the last commit and before the tasks go.
         self.revoke_hooks: list[Callable[[set[TP]], Awaitable[None]]] = []
+        # Input topic -> the changelogs of the tables its steps read and write: partition
+        # p of each must be restored here before a step of partition p runs.
+        self.changelogs: dict[str, set[str]] = {}
         self.stats = Stats()
         # Set once the tables of the current assignment are restored (faust's rebalance
         # complete); until then a table read outside a step may see old or no state.
         self.restored = asyncio.Event()
+
+    def state_in(self, topics: Iterable[str], changelog: str) -> None:
+        """The steps of `topics` keep state in the table of `changelog`, partitioned
+        like them."""
+        for topic in topics:
+            self.changelogs.setdefault(topic, set()).add(changelog)
+
+    def changelogs_missing(self, actives: set[TP]) -> list[TP]:
+        """The changelog partitions `actives` lacks that its input partitions need.
+        faust assigns them together, unless the group leader's metadata lacked the
+        changelog then: the partitions' steps would run on empty tables, never
+        restored, and their outputs would be wrong with nothing to say so."""
+        missing = {
+            TP(changelog, tp.partition)
+            for tp in actives
+            for changelog in self.changelogs.get(tp.topic, ())
+        }
+        return sorted(missing - actives)
 
     def assigned(self, tps: set[TP]) -> None:
         self.closing = False

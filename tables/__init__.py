@@ -4,7 +4,7 @@ Steps write them through `TableWriter` only."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from app.faust_app import app
@@ -12,8 +12,10 @@ from app.partition_tasks import PartitionTask
 from app.settings import settings
 
 
-def bytes_table(name: str, partitions: int) -> Any:
-    return app.Table(
+def bytes_table(name: str, partitions: int, partitioned_like: Iterable[str]) -> Any:
+    """A table whose partition p only the steps of partition p of the topics
+    `partitioned_like` read and write."""
+    table = app.Table(
         name,
         partitions=partitions,
         key_type=bytes,
@@ -23,6 +25,8 @@ def bytes_table(name: str, partitions: int) -> Any:
             "write_buffer_size": settings().rocksdb_write_buffer_bytes,
         },
     )
+    app.partition_tasks.state_in(partitioned_like, table.changelog_topic.get_topic_name())
+    return table
 
 
 class TableWriter:

@@ -18,7 +18,9 @@ from tables import TableWriter, bytes_table
 
 conf = settings()
 
-table = bytes_table("deliveries", conf.partitions)
+table = bytes_table(
+    "deliveries", conf.partitions, [conf.delivery_by_id_topic, conf.delivery_log_topic]
+)
 
 
 class DeliveryStore:

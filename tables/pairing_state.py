@@ -28,7 +28,7 @@ from tables import TableWriter, bytes_table
 
 conf = settings()
 
-table = bytes_table("pairing-state", conf.partitions)
+table = bytes_table("pairing-state", conf.partitions, [conf.keyed_topic])
 
 
 def stored_state(key: str) -> KeyState | None:

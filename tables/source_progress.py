@@ -14,7 +14,7 @@ from tables import TableWriter, bytes_table
 
 conf = settings()
 
-table = bytes_table("source-progress", conf.events_partitions)
+table = bytes_table("source-progress", conf.events_partitions, [conf.events_topic])
 
 
 def _key(partition: int) -> bytes:

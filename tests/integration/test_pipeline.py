@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import rocksdict
 from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from faust.stores.rocksdb import Store
 
 from app.kafka_admin import read_committed
@@ -499,3 +500,31 @@ async def changelog_state(
                 else:
                     state[message.key] = message.value
     return state
+
+
+async def test_a_worker_given_inputs_without_their_changelogs_stops(
+    broker: str, tmp_path: Path
+) -> None:
+    """A changelog deleted under a running worker: the group's next assignment has
+    the keyed partitions but none of the changelog's, which the worker must not run
+    on tables that no restore filled. It stops, saying which partitions were missing."""
+    pipeline = await Pipeline(broker, tmp_path).create_topics()
+    worker = pipeline.worker().start()
+    changelog = f"{pipeline.conf.app_id}-pairing-state-changelog"
+    try:
+        await worker.wait_ready()
+        admin = AIOKafkaAdminClient(bootstrap_servers=pipeline.conf.bootstrap_servers)
+        await admin.start()
+        try:
+            await admin.delete_topics([changelog])
+        finally:
+            await admin.close()
+        deadline = time.monotonic() + 90  # metadata refresh (10 s), then a rebalance
+        while worker.running and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)  # polling the process
+        log = worker.log()
+        assert not worker.running, log[-4000:]
+        assert "without the changelog partitions of their state" in log, log[-4000:]
+        assert f"{changelog}[0]" in log
+    finally:
+        worker.kill()
