@@ -58,6 +58,10 @@ class ChangelogsNotAssigned(RuntimeError):
         self.missing = missing
 
 
+class Stalled(RuntimeError):
+    """A step or a commit that has not ended within the transaction timeout."""
+
+
 class ExactlyOnceConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     async def on_start(self) -> None:
         # Before the join, which a predecessor killed without leaving would hold up
@@ -228,6 +232,23 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
                 # Not through commit(): a commit() starting meanwhile (faust's after so
                 # many acks) would wait for this one and then skip.
                 await self.force_commit(set(self.tasks.handoffs))
+
+    @Service.task
+    async def _stall_watchdog(self) -> None:
+        # A step or a commit that waits for ever holds its partition for ever: seen after
+        # a broker's hard bounce, a produce retry waiting for a metadata update that no
+        # task ran any more (docs/exactly-once.md, point 25). Whatever the cause, once
+        # it has run past the transaction timeout its transaction is aborted, and only a
+        # restart processes the partition again.
+        limit = settings().transaction_timeout_seconds
+        while not self.should_stop:
+            await asyncio.sleep(min(5.0, limit / 4))  # stop cancels it
+            stalled = self.tasks.stalled(time.monotonic(), limit)
+            if stalled:
+                error = Stalled(f"{', '.join(stalled)}: not ended after {limit:.0f} s")
+                log.error("%s; crashing the worker", error)
+                await self.app.crash(error)
+                return
 
     def _unprocessed(self, tp: TP) -> int:
         """Offsets of tp committed (read_committed: up to its last stable offset, as of

@@ -16,6 +16,7 @@ writes not yet committed (`local_state`), the commit hooks, and the worker's sta
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TypeVar
@@ -39,11 +40,13 @@ class PartitionTask:
         "broken",
         "commit_due",
         "commit_lock",
+        "commit_since",
         "committing",
         "held",
         "lock",
         "offsets",
         "outbox",
+        "step_since",
         "tp",
         "writes",
     )
@@ -73,6 +76,10 @@ class PartitionTask:
         # Wall clock by which the open transaction should commit, so that what it
         # carries is visible within a commit interval of its input (None: no such wish).
         self.commit_due: float | None = None
+        # Monotonic clock since the step that holds the lock began, and since a commit of
+        # the partition began: None when none runs (the stall watchdog reads them).
+        self.step_since: float | None = None
+        self.commit_since: float | None = None
 
     def due_by(self, at: float) -> None:
         due = self.commit_due
@@ -175,13 +182,33 @@ class PartitionTasks:
         is taken in the same order, and a step holds one step lock only, so two commits
         cannot deadlock."""
         tasks = [task for tp in sorted(set(tps)) if (task := self._by_tp.get(tp)) is not None]
+        started = time.monotonic()
+        for task in tasks:
+            task.commit_since = started
         async with AsyncExitStack() as held:
+            held.callback(self._commit_ended, tasks)
             for task in tasks:
                 await held.enter_async_context(task.commit_lock)
             for task in tasks:
                 await task.lock.acquire()
                 held.callback(self._release_steps, task)
             yield tasks
+
+    @staticmethod
+    def _commit_ended(tasks: list[PartitionTask]) -> None:
+        for task in tasks:
+            task.commit_since = None
+
+    def stalled(self, now: float, limit: float) -> list[str]:
+        """The steps and commits that have run for more than `limit` seconds (monotonic
+        clock `now`). Nothing of their partitions has committed meanwhile, and their
+        open transactions are past the broker's timeout: they can only be aborted."""
+        found = []
+        for task in self._by_tp.values():
+            for what, since in (("step", task.step_since), ("commit", task.commit_since)):
+                if since is not None and now - since > limit:
+                    found.append(f"a {what} of {task.tp.topic}[{task.tp.partition}]")
+        return found
 
     @staticmethod
     def _release_steps(task: PartitionTask) -> None:

@@ -134,8 +134,8 @@ class Settings(BaseSettings):
     transaction_timeout_seconds: float = Field(
         60.0,
         gt=0,
-        description="the broker aborts a transaction left open this long; a commit not ended"
-        " within it crashes the worker (to be restarted)",
+        description="the broker aborts a transaction left open this long; a step or a commit"
+        " not ended within it crashes the worker (to be restarted)",
     )
     stop_grace_seconds: float = Field(
         30.0,

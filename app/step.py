@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -65,6 +66,7 @@ async def exactly_once(
             task.held += records
             return
         sent = False
+        task.step_since = time.monotonic()
         try:
             yield task
             await send_outbox(app, tasks.stats, task, records)
@@ -72,6 +74,7 @@ async def exactly_once(
             event.ack()
             task.offsets.processed(message.offset)
         finally:
+            task.step_since = None
             if not sent:
                 # A step cut off: its writes are in no transaction, and the processor's
                 # memory of them (pairing's indexes and recent states) must go too.

@@ -8,6 +8,7 @@ replaced."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
@@ -17,10 +18,13 @@ import pytest
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
+from app import consumer as consumer_module
 from app import outbox_sends, step
+from app.consumer import ExactlyOnceConsumer, Stalled
 from app.faust_app import app
 from app.outbox import DeliveryFailed
 from app.partition_tasks import PartitionTask, PartitionTasks
+from app.settings import settings
 
 INGEST, KEYED = TP("events", 0), TP("keyed", 0)
 
@@ -318,3 +322,37 @@ async def test_a_step_cut_off_takes_its_processor_with_it(
             task.processor(Seen, lambda _: Seen()).append(2)
             raise RuntimeError("a rule failed")
     assert task.loaded(Seen) is None and steps.acked == [(KEYED, 1)]
+
+
+async def test_a_step_or_commit_past_the_transaction_timeout_crashes_the_worker(
+    steps: Steps, own_tasks: PartitionTasks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    faust = FaustCommit(monkeypatch)
+    short = settings().model_copy(update={"transaction_timeout_seconds": 0.2})
+    monkeypatch.setattr(consumer_module, "settings", lambda: short)
+    watchdog = asyncio.ensure_future(ExactlyOnceConsumer._stall_watchdog(app.consumer))
+    running: list[asyncio.Future[Any]] = [watchdog]
+    try:
+        # Steps and commits that end are no stall, however many.
+        for offset in range(3):
+            await steps.run(INGEST, offset)
+            faust.done.set()
+            await commit_of([INGEST])
+        faust.done.clear()
+        assert own_tasks.stalled(time.monotonic() + 1, 0.5) == []
+        # A step whose send never returns, and the commit that waits for it.
+        steps.hold(KEYED)
+        running.append(asyncio.ensure_future(steps.run(KEYED, 0)))
+        await settle()
+        running.append(commit_of([KEYED]))
+        await asyncio.wait_for(watchdog, timeout=5)
+        assert [type(c) for c in faust.crashes] == [Stalled]
+        assert f"a step of {KEYED.topic}[0]" in str(faust.crashes[0])
+        assert f"a commit of {KEYED.topic}[0]" in str(faust.crashes[0])
+        assert own_tasks.stalled(time.monotonic(), 60) == []  # young yet by this limit
+    finally:
+        for future in running:
+            future.cancel()
+        await settle()
+    task = own_tasks.get(KEYED)
+    assert task is not None and task.step_since is None and task.commit_since is None
