@@ -64,16 +64,22 @@ class InputPartitionsMismatch(RuntimeError):
     pass
 
 
-async def check_input_partitions(conf: Settings) -> None:
-    """The input topic must have the partitions the settings say: its partition
-    count sizes the state that tracks each partition's event-time progress."""
+@asynccontextmanager
+async def admin_client(conf: Settings) -> AsyncIterator[AIOKafkaAdminClient]:
     admin = AIOKafkaAdminClient(bootstrap_servers=conf.bootstrap_servers)
     await admin.start()
     try:
-        [described] = await admin.describe_topics([conf.events_topic])
-        found = len(described["partitions"])
+        yield admin
     finally:
         await admin.close()
+
+
+async def check_input_partitions(conf: Settings) -> None:
+    """The input topic must have the partitions the settings say: its partition
+    count sizes the state that tracks each partition's event-time progress."""
+    async with admin_client(conf) as admin:
+        [described] = await admin.describe_topics([conf.events_topic])
+    found = len(described["partitions"])
     if found != conf.events_partitions:
         raise InputPartitionsMismatch(
             f"input topic {conf.events_topic!r} has {found} partitions, but"
@@ -91,20 +97,21 @@ async def wait_until_ready(conf: Settings, partitions: Mapping[str, int], timeou
     a leader. A topic just created can be missing from it for seconds (seen for 7-10 s on
     a loaded machine), and faust's assignor leaves the partitions of a changelog it does
     not see out of the assignment: the tables then start empty, with no restore."""
-    if not partitions:
-        return
-    admin = AIOKafkaAdminClient(bootstrap_servers=conf.bootstrap_servers)
-    await admin.start()
-    try:
-        deadline = time.monotonic() + timeout
-        while missing := await _not_ready(admin, partitions):
-            if time.monotonic() > deadline:
-                raise TopicsNotReady(
-                    f"not in the broker's metadata after {timeout:.0f}s: {sorted(missing)}"
-                )
-            await asyncio.sleep(0.2)  # polling the broker's metadata
-    finally:
-        await admin.close()
+    if partitions:
+        async with admin_client(conf) as admin:
+            await _wait_until_ready(admin, partitions, timeout)
+
+
+async def _wait_until_ready(
+    admin: AIOKafkaAdminClient, partitions: Mapping[str, int], timeout: float
+) -> None:
+    deadline = time.monotonic() + timeout
+    while missing := await _not_ready(admin, partitions):
+        if time.monotonic() > deadline:
+            raise TopicsNotReady(
+                f"not in the broker's metadata after {timeout:.0f}s: {sorted(missing)}"
+            )
+        await asyncio.sleep(0.2)  # polling the broker's metadata
 
 
 async def _not_ready(admin: AIOKafkaAdminClient, partitions: Mapping[str, int]) -> set[str]:
@@ -122,10 +129,7 @@ async def _not_ready(admin: AIOKafkaAdminClient, partitions: Mapping[str, int]) 
 async def ensure_topics(conf: Settings) -> None:
     """Create the pipeline's missing topics (the broker does not auto-create), and wait
     until the broker's metadata shows them."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=conf.bootstrap_servers)
-    await admin.start()
-    missing: dict[str, int] = {}
-    try:
+    async with admin_client(conf) as admin:
         existing = set(await admin.list_topics())
         compacted = compacted_topics(conf)
         missing = {n: p for n, p in topic_partitions(conf).items() if n not in existing}
@@ -134,9 +138,8 @@ async def ensure_topics(conf: Settings) -> None:
                 configs = {"cleanup.policy": "compact"} if name in compacted else {}
                 topic = NewTopic(name, partitions, conf.replication_factor, topic_configs=configs)
                 await admin.create_topics([topic])
-    finally:
-        await admin.close()
-    await wait_until_ready(conf, missing, conf.topics_ready_timeout_seconds)
+        if missing:
+            await _wait_until_ready(admin, missing, conf.topics_ready_timeout_seconds)
 
 
 @asynccontextmanager

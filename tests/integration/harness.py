@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 from faust.types import TP
 
-from app.kafka_admin import end_offsets, ensure_topics, read_committed
+from app.kafka_admin import admin_client, end_offsets, ensure_topics, read_committed
 from app.settings import Settings
 from tests.reference_model import Expected, expected_outputs
 from tools.generate import Record, produce
@@ -301,9 +300,7 @@ async def input_left_uncommitted(pipeline: Pipeline, within: float = 15.0) -> di
     conf = pipeline.conf
     tps = [TP(conf.events_topic, p) for p in range(conf.events_partitions)]
     ends = await end_offsets(conf, tps)
-    admin = AIOKafkaAdminClient(bootstrap_servers=conf.bootstrap_servers)
-    await admin.start()
-    try:
+    async with admin_client(conf) as admin:
         deadline = time.monotonic() + within
         while True:
             found = await admin.list_consumer_group_offsets(
@@ -319,8 +316,6 @@ async def input_left_uncommitted(pipeline: Pipeline, within: float = 15.0) -> di
             if not behind or time.monotonic() > deadline:
                 return behind
             await asyncio.sleep(0.5)  # a commit interval
-    finally:
-        await admin.close()
 
 
 def compare(outputs: Outputs, expected: Expected) -> dict[str, Any]:

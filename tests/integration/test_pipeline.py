@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 import rocksdict
 from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 from faust.stores.rocksdb import Store
 
-from app.kafka_admin import read_committed
+from app.kafka_admin import admin_client, read_committed
 from pairing.events import Event, EventType, parse_event
 from pairing.records import (
     TICK,
@@ -513,12 +512,8 @@ async def test_a_worker_given_inputs_without_their_changelogs_stops(
     changelog = f"{pipeline.conf.app_id}-pairing-state-changelog"
     try:
         await worker.wait_ready()
-        admin = AIOKafkaAdminClient(bootstrap_servers=pipeline.conf.bootstrap_servers)
-        await admin.start()
-        try:
+        async with admin_client(pipeline.conf) as admin:
             await admin.delete_topics([changelog])
-        finally:
-            await admin.close()
         deadline = time.monotonic() + 90  # metadata refresh (10 s), then a rebalance
         while worker.running and time.monotonic() < deadline:
             await asyncio.sleep(0.5)  # polling the process
