@@ -845,6 +845,24 @@ async def test_a_fetch_returns_only_partitions_active_when_it_was_asked_for() ->
     assert [tp.partition for tp in returned] == [0] and standby.position == 0
 
 
+async def test_a_fetch_waits_no_longer_than_a_fetch_waits_at_the_broker() -> None:
+    # faust's fetch loop asks with a 1 s wait. A partition whose stream buffer filled is
+    # left out of the fetch, and aiokafka fetches nothing new for it while it holds its
+    # records, so the wait ran out its second while that buffer drained in milliseconds.
+    waits: list[float] = []
+
+    async def thread_getmany(partitions: set[TP], timeout: float) -> Any:
+        waits.append(timeout)
+        return {}
+
+    consumer = unconnected_consumer(AsyncMock())
+    consumer._thread = SimpleNamespace(getmany=thread_getmany)
+    await ThreadDelegateConsumer._getmany(consumer, {TP("events", 0)}, 1.0)
+    assert await ExactlyOnceConsumer._getmany(consumer, {TP("events", 0)}, 1.0) == {}
+    assert await ExactlyOnceConsumer._getmany(consumer, {TP("events", 0)}, 0.01) == {}
+    assert waits == [1.0, settings().fetch_max_wait_seconds, 0.01]
+
+
 async def test_keyed_partitioner_chooses_as_aiokafka_s_send_does() -> None:
     producer = producer_knowing({"out": 5})
     choose = internals.keyed_partitioner(producer, "out")
