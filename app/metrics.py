@@ -45,7 +45,7 @@ PENDING_GAUGES: dict[str, tuple[str, str]] = {
     "count": ("pairstream_pending_events", "Events waiting for a partner"),
     "oldest_age_seconds": (
         "pairstream_oldest_pending_age_seconds",
-        "Stream time minus the event time of the oldest pending event",
+        "Stream time minus the event time of the oldest event waiting (pending, or late and held)",
     ),
 }
 

@@ -226,28 +226,32 @@ class PairingPartition:
         return self.clock.watermark_us
 
     def pending(self) -> PendingSummary:
-        """How many events wait for a partner, and the oldest of them. Drops
-        stale index entries it meets on top (amortised O(1))."""
+        """How many events wait for a partner; the event time of the oldest event held
+        open (pending, or late and held until its window closes) and the arrival of
+        the one held longest."""
         by_time = self._indexes.open_by_time
-        while by_time and not self._is_pending(by_time[0][1]):
+        while by_time and not _is_open(self._store.get(by_time[0][1])):
             heapq.heappop(by_time)
+        self._drop_stale_waits()
         by_wait = self._indexes.by_waiting_since
-        while by_wait and not self._waits_since(by_wait[0][1], by_wait[0][0]):
-            heapq.heappop(by_wait)
         return PendingSummary(
             self._pending_count,
             by_time[0][0] if by_time else None,
             by_wait[0][0] if by_wait else None,
         )
 
-    def _is_pending(self, key: str) -> bool:
-        state = self._store.get(key)
-        return state is not None and state.pending is not None
-
-    def _waits_since(self, key: str, waiting_since: float) -> bool:
-        state = self._store.get(key)
-        pending = state.pending if state is not None else None
-        return pending is not None and pending.waiting_since == waiting_since
+    def _drop_stale_waits(self) -> None:
+        """Drop the entries on top of `by_waiting_since` whose wait has ended (amortised
+        O(1)). Only max wait pops this heap otherwise, and only while the watermark
+        stands still: with the watermark moving it kept an entry for every key ever
+        pending, unless a scrape of /stats or /metrics happened to call `pending`."""
+        by_wait = self._indexes.by_waiting_since
+        while by_wait:
+            waiting_since, key = by_wait[0]
+            state = self._store.get(key)
+            if state is not None and self._holds_since(state, waiting_since):
+                return
+            heapq.heappop(by_wait)
 
     def process(self, event: Event, progress_us: int, now: float) -> list[Outcome]:
         """Apply the rules to one valid event. `progress_us`: its input partition's
@@ -292,6 +296,7 @@ class PairingPartition:
             if state is not None and _is_open(state):
                 outcomes.extend(self._close(key, state, early=False))
         self._forget(watermark)
+        self._drop_stale_waits()
         return outcomes
 
     def expire_waiting(self, now: float) -> list[Outcome]:

@@ -138,6 +138,35 @@ def test_late_by_its_own_partition_even_before_the_watermark_moves() -> None:
     assert isinstance(topic.feed(event("B", 4), source=0)[0], Duplicate)
 
 
+def test_a_scrape_of_the_pending_summary_changes_no_outcome() -> None:
+    # /stats and /metrics call `pending`, which drops index entries whose wait has ended.
+    # It took a key holding only a late event for one whose wait had, and the late event
+    # then never came out: neither when the watermark passed, nor by max wait.
+    for close_by_max_wait in (False, True):
+        topic = Topic(sources=2)
+        topic.feed(event("A", 10), source=0)
+        assert topic.feed(event("B", 4), source=0) == []  # held late (as above)
+        summary = topic.engine.pending()
+        assert (summary.count, summary.oldest_time_us) == (1, event("B", 4).time_us)
+        if close_by_max_wait:
+            outcomes = topic.engine.expire_waiting(NOW + 1000)
+        else:
+            outcomes = topic.tell(1, idle=True)
+        late = [o for o in outcomes if isinstance(o, Unpaired) and o.reason == "late"]
+        assert [o.event.identity for o in late] == [event("B", 4).identity], close_by_max_wait
+
+
+def test_the_wait_index_keeps_only_keys_still_open() -> None:
+    # Pairs 3 s apart over 150 minutes, with the watermark moving and no scrape: the
+    # index of waits held an entry for every key ever pending (3,000 here).
+    topic = Topic()
+    for second in range(0, 9000, 3):
+        topic.feed(event("A", second / 60))
+        topic.feed(event("B", second / 60))
+    assert len(topic.engine._indexes.by_waiting_since) <= 1
+    assert len(topic.engine._indexes.open_by_time) <= 5 * 60 // 3 + 1  # within expiry
+
+
 def test_a_late_copy_of_an_event_taken_on_time_is_a_duplicate_whatever_comes_first() -> None:
     for late_first in (True, False):
         topic = Topic(sources=2)
