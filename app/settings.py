@@ -90,9 +90,9 @@ class Settings(BaseSettings):
         0.1,
         gt=0,
         le=1.5,
-        description="how long a fetch of quiet partitions waits at the broker; the broker"
-        " answers a connection's requests in turn, so offset look-ups during a rebalance or"
-        " a restore wait behind it (faust uses 1.5 s)",
+        description="how long a fetch of quiet partitions waits at the broker, and the worker"
+        " for its records; the broker answers a connection's requests in turn, so offset"
+        " look-ups during a rebalance or a restore wait behind it (faust uses 1.5 s)",
     )
     fetch_min_bytes: int = Field(
         64 * 1024,
