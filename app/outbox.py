@@ -92,28 +92,20 @@ async def _send(
     a fifth of a worker's CPU. `failed` watches each batch once, not each record (a
     callback per record was 5% of the CPU)."""
     deliveries: list[Delivery] = []
-    partitioners: dict[str, Callable[[bytes], int] | None] = {}
     watched: set[asyncio.Future[Any]] = set()
-    for topic, key, value, partition in records:
-        if partition is None and key is not None:
-            if topic not in partitioners:
-                partitioners[topic] = internals.keyed_partitioner(producer, topic)
-            choose = partitioners[topic]
-            if choose is not None:
-                partition = choose(key)
-        appended = None
-        if partition is not None:
-            appended = internals.append_to_open_batch(producer, topic, partition, key, value)
-        if appended is None:
-            own = await producer.send(topic, value, key=key, partition=partition)
-            own.add_done_callback(failed)
-            deliveries.append((own, 0))
-        else:
-            batch = appended[0]
-            if batch not in watched:
-                watched.add(batch)
-                batch.add_done_callback(failed)
-            deliveries.append(appended)
+
+    def watch(batch: asyncio.Future[Any]) -> None:
+        if batch not in watched:
+            watched.add(batch)
+            batch.add_done_callback(failed)
+
+    index = internals.append_to_open_batches(producer, records, 0, deliveries, watch)
+    while index < len(records):
+        topic, key, value, partition = records[index]
+        own = await producer.send(topic, value, key=key, partition=partition)
+        own.add_done_callback(failed)
+        deliveries.append((own, 0))
+        index = internals.append_to_open_batches(producer, records, index + 1, deliveries, watch)
     return deliveries
 
 

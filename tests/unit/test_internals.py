@@ -878,29 +878,76 @@ async def test_keyed_partitioner_chooses_as_aiokafka_s_send_does() -> None:
     assert own is not None and {own(key) for key in keys} == {4}
 
 
-async def test_a_record_appended_to_the_open_batch_follows_the_one_send_put_there() -> None:
+async def test_records_appended_to_open_batches_follow_the_one_send_put_there() -> None:
     producer = producer_knowing({"out": 5})
     tp = TopicPartition("out", 2)
-    assert internals.append_to_open_batch(producer, "out", 2, b"k0", b"v0") is None  # none open
+    watched: list[asyncio.Future[Any]] = []
+    deliveries: list[tuple[asyncio.Future[Any], int]] = []
+    records: list[tuple[str, bytes | None, bytes | None, int | None]] = [
+        ("out", b"k0", b"v0", 2),
+        ("out", b"k2", b"v2", 2),
+        ("out", b"k3", b"v3", 2),
+        ("out", b"k", b"v", 3),
+    ]
+    # None open: stops at the first record, appending nothing.
+    assert internals.append_to_open_batches(producer, records, 0, deliveries, watched.append) == 0
+    assert deliveries == [] and watched == []
     accumulator = producer._message_accumulator
     first = await accumulator.add_message(tp, b"k1", b"v1", 5)  # what send ends in
-    appended = internals.append_to_open_batch(producer, "out", 2, b"k2", b"v2")
-    third = internals.append_to_open_batch(producer, "out", 2, b"k3", b"v3")
-    assert appended is not None and third is not None
-    batch_delivery, after = appended
+    # From the second record: two appended to that batch, then none open for partition 3.
+    assert internals.append_to_open_batches(producer, records, 1, deliveries, watched.append) == 3
     (batch,) = accumulator._batches[tp]
-    assert batch.record_count == 3 and batch_delivery is batch.future
-    assert (after, third) == (1, (batch.future, 2))
+    assert deliveries == [(batch.future, 1), (batch.future, 2)] and set(watched) == {batch.future}
+    assert batch.record_count == 3
+    # send appends after them (the batch builder's record count was kept).
+    fourth = await accumulator.add_message(tp, b"k4", b"v4", 5)
     batch.done(base_offset=40)
-    assert first.result().offset == 40 and batch_delivery.result().offset == 40
+    assert first.result().offset == 40 and fourth.result().offset == 43
     # The records as the broker will hold them: in order, each once.
     batches = MemoryRecords(bytes(batch.get_data_buffer()))
-    records = []
+    built_records = []
     while (built := batches.next_batch()) is not None:
-        records.extend(built)
-    assert [(r.key, r.value) for r in records] == [(b"k1", b"v1"), (b"k2", b"v2"), (b"k3", b"v3")]
-    assert [r.offset for r in records] == [0, 1, 2]
-    assert internals.append_to_open_batch(producer, "out", 3, b"k", b"v") is None
+        built_records.extend(built)
+    assert [(r.key, r.value) for r in built_records] == [
+        (b"k1", b"v1"), (b"k2", b"v2"), (b"k3", b"v3"), (b"k4", b"v4")
+    ]  # fmt: skip
+    assert [r.offset for r in built_records] == [0, 1, 2, 3]
+
+
+async def test_appending_to_open_batches_stops_at_a_full_batch_and_closes_it() -> None:
+    producer = producer_knowing({"out": 5})
+    tp = TopicPartition("out", 1)
+    accumulator = producer._message_accumulator
+    await accumulator.add_message(tp, b"k", b"v" * 100, 5)
+    (batch,) = accumulator._batches[tp]
+    big = b"x" * accumulator._batch_size
+    deliveries: list[tuple[asyncio.Future[Any], int]] = []
+    records: list[tuple[str, bytes | None, bytes | None, int | None]] = [
+        ("out", b"a", b"small", 1),
+        ("out", b"b", big, 1),
+        ("out", b"c", b"small", 1),
+    ]
+    assert internals.append_to_open_batches(producer, records, 0, deliveries, lambda _: None) == 1
+    assert deliveries == [(batch.future, 1)] and batch.record_count == 2
+    # Closed as BatchBuilder.append closes it when full: send opens the next one.
+    assert batch._builder.closed()
+    assert internals.append_to_open_batches(producer, records, 2, deliveries, lambda _: None) == 2
+
+
+async def test_appending_to_open_batches_partitions_a_keyed_record_as_send_does() -> None:
+    producer = producer_knowing({"out": 5})
+    key = b"2024-02-09 21:00:07"
+    chosen = producer._partition("out", None, key, None, key, None)
+    tp = TopicPartition("out", chosen)
+    await producer._message_accumulator.add_message(tp, b"k", b"v", 5)
+    deliveries: list[tuple[asyncio.Future[Any], int]] = []
+    records: list[tuple[str, bytes | None, bytes | None, int | None]] = [
+        ("out", key, b"v", None),
+        ("unknown", key, b"v", None),  # no partitions known yet: send waits for them
+    ]
+    assert internals.append_to_open_batches(producer, records, 0, deliveries, lambda _: None) == 1
+    (batch,) = producer._message_accumulator._batches[tp]
+    assert deliveries == [(batch.future, 1)]
 
 
 async def test_a_producer_tracking_its_first_topic_keeps_tracking_those_it_knew() -> None:
