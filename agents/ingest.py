@@ -114,11 +114,10 @@ async def ingest(stream: Any) -> None:
             # Counted once a run: a count a record was 1.7% of a worker's CPU.
             outbox.count("events_in", len(records))
             rejected = 0
+            topic, partition = task.tp
             for record in records:
                 raw: bytes | None = record.value
-                record_source = Source(
-                    record.topic, record.partition, record.offset, record.timestamp
-                )
+                record_source = Source(topic, partition, record.offset, record.timestamp)
                 parsed = parse_event(raw, conf.max_event_bytes)
                 if isinstance(parsed, Rejection):
                     rejected += 1
@@ -136,7 +135,7 @@ async def ingest(stream: Any) -> None:
                     # keyed partition takes this partition as idle when the event arrives
                     # (told as idle, which it was until this event, it went on counting
                     # as idle until its next progress reached them with a commit).
-                    update = source.announcement(record.partition, conf.events_partitions, now)
+                    update = source.announcement(partition, conf.events_partitions, now)
                     outbox.send_all(watermark_records(update))
                 outbox.send(
                     keyed_topic,

@@ -87,6 +87,8 @@ class ExactlyOnceConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             consumer, settings().fetch_min_bytes, settings().fetch_max_wait_seconds
         )
         internals.stable_offset_look_ups(consumer)
+        tasks: PartitionTasks = cast(Any, self.app).partition_tasks
+        internals.hand_on_decoded_records(consumer, tasks.in_runs)
         return consumer
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:

@@ -26,7 +26,9 @@ from faust.types import TP
 
 class Run:
     """Consecutive fetched records of one partition, shaped as the one record faust's
-    consumer turns into a message (`_to_message` reads these attributes)."""
+    consumer turns into a message (`_to_message` reads these attributes). The records
+    are as the record batch decoded them (app/internals.py `hand_on_decoded_records`):
+    offset, timestamp, key and value, but no topic or partition."""
 
     __slots__ = ("offset", "partition", "timestamp", "topic", "value")
 
@@ -38,10 +40,10 @@ class Run:
     serialized_key_size = 0
     serialized_value_size = 0
 
-    def __init__(self, records: Sequence[Any]) -> None:
+    def __init__(self, tp: TP, records: Sequence[Any]) -> None:
         last = records[-1]
-        self.topic: str = last.topic
-        self.partition: int = last.partition
+        self.topic: str = tp.topic
+        self.partition: int = tp.partition
         self.offset: int = last.offset
         self.timestamp: int | None = last.timestamp
         self.value: Sequence[Any] = records
@@ -56,7 +58,7 @@ def in_runs(
     for tp, records in fetched.items():
         if tp.topic in topics and records:
             result[tp] = [
-                Run(records[start : start + max_records])
+                Run(tp, records[start : start + max_records])
                 for start in range(0, len(records), max_records)
             ]
         else:

@@ -12,13 +12,14 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 from unittest.mock import AsyncMock
 
 import faust
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.client import AIOKafkaClient
+from aiokafka.consumer import fetcher as fetcher_module
 from aiokafka.consumer.fetcher import Fetcher, FetchResult
 from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance, GroupCoordinator
 from aiokafka.consumer.subscription_state import SubscriptionState
@@ -26,8 +27,9 @@ from aiokafka.errors import ProducerFenced, UnknownError
 from aiokafka.producer.sender import Sender
 from aiokafka.protocol.commit import OffsetFetchRequest
 from aiokafka.protocol.group import LeaveGroupRequest_v0
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
-from aiokafka.structs import TopicPartition
+from aiokafka.structs import ConsumerRecord, TopicPartition
 from faust.exceptions import ConsumerNotStarted
 from faust.tables import TableManager
 from faust.transport.conductor import ConductorCompiler
@@ -962,3 +964,46 @@ async def test_a_producer_tracking_its_first_topic_keeps_tracking_those_it_knew(
     assert client._topics == {"keyed", "pairs", "changelog"}
     client.add_topic("later")  # once tracking, as aiokafka does
     assert client._topics == {"keyed", "pairs", "changelog", "later"}
+
+
+def _record_batch(first_offset: int, count: int) -> MemoryRecords:
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=0, is_transactional=0, producer_id=-1,
+        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20,
+    )  # fmt: skip
+    for i in range(count):
+        builder.append(i, timestamp=1_000 + i, key=b"k%d" % i, value=b"v%d" % i, headers=[])
+    buffer = bytearray(builder.build())
+    buffer[0:8] = first_offset.to_bytes(8, "big")  # the batch's base offset
+    return MemoryRecords(bytes(buffer))
+
+
+def test_aiokafka_s_fetcher_builds_partition_records_by_the_module_s_name() -> None:
+    # What hand_on_decoded_records replaces: a fetcher that built them otherwise would
+    # hand on ConsumerRecords, which runs can take, only slower.
+    assert "PartitionRecords" in Fetcher._proc_fetch_request.__code__.co_names
+    assert Fetcher._proc_fetch_request.__globals__ is vars(fetcher_module)
+
+
+def test_records_of_topics_in_runs_are_handed_on_as_decoded() -> None:
+    aiokafka_own = fetcher_module.PartitionRecords
+    consumer = SimpleNamespace(_value_deserializer=None)
+    internals.hand_on_decoded_records(cast(Any, consumer), {"events"})
+    marked = consumer._value_deserializer
+    built = fetcher_module.PartitionRecords
+
+    def fetched(topic: str, deserializer: Any, cls: Any = built) -> list[Any]:
+        tp = TopicPartition(topic, 3)
+        return list(cls(tp, _record_batch(10, 4), [], 12, None, deserializer, True, 1))
+
+    decoded = fetched("events", marked)
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in decoded] == [
+        (12, 1_002, b"k2", b"v2"), (13, 1_003, b"k3", b"v3")
+    ]  # fmt: skip
+    assert not hasattr(decoded[0], "topic")  # the run carries it
+    # Another topic of the same consumer, or any topic of another consumer: aiokafka's own.
+    assert fetched("other", marked) == fetched("other", None, aiokafka_own)
+    assert fetched("events", None) == fetched("events", None, aiokafka_own)
+    assert {type(r) for r in fetched("other", marked)} == {ConsumerRecord}
+    with pytest.raises(RuntimeError, match="value deserializer"):
+        internals.hand_on_decoded_records(cast(Any, consumer), {"events"})

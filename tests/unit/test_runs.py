@@ -18,10 +18,8 @@ EVENTS, OTHER = TP("events", 0), TP("other", 0)
 
 
 def records(tp: TP, offsets: range) -> list[Any]:
-    return [
-        SimpleNamespace(topic=tp.topic, partition=tp.partition, offset=o, timestamp=1000 + o)
-        for o in offsets
-    ]
+    """As the record batch decodes them: no topic or partition."""
+    return [SimpleNamespace(offset=o, timestamp=1000 + o) for o in offsets]
 
 
 def test_a_fetch_is_cut_into_runs_of_the_topics_taken_in_runs_only() -> None:
@@ -38,7 +36,7 @@ def test_a_fetch_is_cut_into_runs_of_the_topics_taken_in_runs_only() -> None:
 
 
 def test_faust_turns_a_run_into_one_message_at_its_last_offset() -> None:
-    run = Run(records(EVENTS, range(4, 7)))
+    run = Run(EVENTS, records(EVENTS, range(4, 7)))
     message: Any = app.consumer._to_message(EVENTS, run)  # type: ignore[attr-defined]
     assert (message.tp, message.offset, message.timestamp) == (EVENTS, 6, 1.006)
     assert [r.offset for r in message.value] == [4, 5, 6]
@@ -76,9 +74,9 @@ async def test_each_offset_of_a_run_reaches_the_agent_once(own_tasks: PartitionT
 
     stream = Stream(
         [
-            Run(records(EVENTS, range(8, 12))),  # fetched before a seek: 8 and 9 were done
-            Run(records(EVENTS, range(9, 12))),  # all of it done
-            Run(records(EVENTS, range(12, 14))),
+            Run(EVENTS, records(EVENTS, range(8, 12))),  # fetched before a seek: 8 and 9 were done
+            Run(EVENTS, records(EVENTS, range(9, 12))),  # all of it done
+            Run(EVENTS, records(EVENTS, range(12, 14))),
         ]
     )
     seen = []
@@ -97,6 +95,6 @@ async def test_a_run_while_the_assignment_closes_is_skipped_and_remembered(
     assert task is not None
     task.offsets.sought_to_committed(20)
     own_tasks.closing = True
-    stream = Stream([Run(records(EVENTS, range(20, 25)))])
+    stream = Stream([Run(EVENTS, records(EVENTS, range(20, 25)))])
     assert [todo async for _, todo in runs_once(app, stream)] == []
     assert own_tasks.stats.process["skipped_closing"] == 1
