@@ -3,8 +3,8 @@ it: murmur2 of the key, made positive, modulo the topic's partition count.
 
 aiokafka's murmur2 masks every intermediate and reads the key a byte at a time: 3.7%
 of a worker's CPU for the partition of each keyed output record (docs/BENCHMARKS.md).
-This one reads it four bytes at a time and masks only after each multiplication (2.8
-times as fast on a 27-byte key), with the same hashes: tests/unit/test_kafka_partitioner.py
+This one reads it four bytes at a time and masks only what must be (`murmur2`; 2.8
+times as fast on a 27-byte key, before the masks were cut further), with the same hashes: tests/unit/test_kafka_partitioner.py
 checks the Java client's test vectors, and any bytes against aiokafka's.
 """
 
@@ -21,14 +21,19 @@ _WORDS = tuple(struct.Struct(f"<{count}I").unpack_from for count in range(65))
 
 def murmur2(data: bytes, m: int = _M, mask: int = _MASK) -> int:
     """Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2), unsigned. The
-    constants are parameters so that the loop reads them as locals."""
+    constants are parameters so that the loop reads them as locals. Only each word's
+    own product is masked in the loop: the shift that follows reads its high bits. The
+    hash keeps its high bits until after the words, since the low 32 bits of a
+    product or an exclusive or depend on the low 32 bits of their operands only (a
+    sixth less time on a 20-byte key, timeit)."""
     length = len(data)
     h = 0x9747B28C ^ length
     count = length >> 2
     words = _WORDS[count] if count < len(_WORDS) else struct.Struct(f"<{count}I").unpack_from
     for k in words(data):
         k = (k * m) & mask
-        h = ((h * m) & mask) ^ (((k ^ (k >> 24)) * m) & mask)
+        h = (h * m) ^ ((k ^ (k >> 24)) * m)
+    h &= mask
     tail = length & 3
     if tail:
         end = length - tail
