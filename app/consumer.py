@@ -418,6 +418,13 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
             super().resume_partitions(self._resume_with_flow)
             self._resume_with_flow.clear()
 
+    async def _add_gap(self, tp: TP, offset_from: int, offset_to: int) -> None:
+        # faust's fetcher reports the offsets it did not deliver (transaction markers,
+        # and with runs every offset of a run but its last) for its own commit offset;
+        # `_new_offset` below does not read them. Kept, each report cost an interval
+        # tree insert and merge and a turn of the event loop: 2.5% of a worker's CPU.
+        return None
+
     def _new_offset(self, tp: TP) -> int | None:
         # A commit takes the offset processing has reached in this assignment: every
         # record before it was processed, in order, or never delivered (transaction

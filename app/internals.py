@@ -39,6 +39,7 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
         "_commit_tps": ("self", "tps", "start_new_transaction"),
         "_commit_offsets": ("self", "offsets", "start_new_transaction"),
         "_new_offset": ("self", "tp"),
+        "_add_gap": ("self", "tp", "offset_from", "offset_to"),
         "_getmany": ("self", "active_partitions", "timeout"),
         "commit_and_end_transactions": ("self",),
         "on_partitions_revoked": ("self", "revoked"),
@@ -87,16 +88,13 @@ def committed_offset(consumer: Any, tp: TP) -> int | None:
 
 
 def forget_acks_below(consumer: Any, tp: TP, offset: int) -> None:
-    """Drop faust's record of acked offsets (`Consumer._acked`, `_acked_index`) and of
-    the gaps its fetcher saw (`Consumer._gap`) below `offset`, the offset about to be
-    committed. faust's own commit offset clears them; ours does not use them."""
+    """Drop faust's record of acked offsets (`Consumer._acked`, `_acked_index`) below
+    `offset`, the offset about to be committed. faust's own commit offset clears them;
+    ours does not use them."""
     acked = consumer._acked.get(tp)
     if acked:
         acked[:] = [o for o in acked if o >= offset]
         consumer._acked_index[tp] = set(acked)
-    gaps = consumer._gap.get(tp)
-    if gaps:
-        gaps.chop(0, offset)
 
 
 def forget_unacked(consumer: Any, message: Any) -> None:
