@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Context, Decimal, Inexact, InvalidOperation
 from typing import Literal
 
@@ -33,6 +33,8 @@ _TIMESTAMP = re.compile(
     r"^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?$"
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NAIVE_EPOCH = datetime(1970, 1, 1)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 @immutable
@@ -144,6 +146,37 @@ def parse_timestamp(text: object) -> tuple[str, int] | Rejection:
     """Return (ISO-8601 UTC key, microseconds since epoch); naive means UTC."""
     if not isinstance(text, str):
         return Rejection(f"field 'timestamp' is not a string: {text!r}")
+    if _plain_utc(text):
+        # Most inputs: "YYYY-MM-DD HH:MM:SS" (or with T), naive. Read without the pattern,
+        # the parts and the time zone of the general way (1.13 against 0.66 us, timeit),
+        # with the same results: tests/unit/test_events.py.
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            return _parse_timestamp(text)  # to say why, as the general way says it
+        time_us = (moment - _NAIVE_EPOCH) // _MICROSECOND
+        if text[0] != "0":
+            return f"{text[:10]}T{text[11:]}Z", time_us
+        return format_time(moment.replace(tzinfo=UTC)), time_us
+    return _parse_timestamp(text)
+
+
+def _plain_utc(text: str) -> bool:
+    """Shaped as "YYYY-MM-DD HH:MM:SS" or with a T: `fromisoformat` checks the digits
+    (ASCII only) and the ranges; it takes any separator between date and time, and
+    other forms too, hence this."""
+    return (
+        len(text) == 19
+        and text[10] in "T "
+        and text[4] == "-"
+        and text[7] == "-"
+        and text[13] == ":"
+        and text[16] == ":"
+    )
+
+
+def _parse_timestamp(text: str) -> tuple[str, int] | Rejection:
+    """Any form `_TIMESTAMP` takes."""
     match = _TIMESTAMP.match(text)
     if match is None:
         return Rejection(f"unparseable timestamp {text!r}")

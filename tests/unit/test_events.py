@@ -15,6 +15,7 @@ from pairing.events import (
     parse_number,
     parse_timestamp,
 )
+from pairing.events import _parse_timestamp as general_parse_timestamp
 
 MAX = 4096
 
@@ -184,3 +185,23 @@ def test_values_are_bounded_in_digits_and_magnitude(number: str, in_range: bool)
     assert isinstance(result, Event) == in_range, result
     if not in_range:
         assert isinstance(result, Rejection) and "out of range" in result.reason
+
+
+_SHAPE = "0123456789-:T +Z.x\u0663"  # digits, the separators, and characters near them
+
+
+@given(
+    st.one_of(
+        st.datetimes().map(lambda moment: moment.isoformat(sep=" ", timespec="seconds")),
+        st.text(alphabet=_SHAPE, min_size=19, max_size=19),
+        st.datetimes()
+        .map(lambda moment: moment.isoformat(timespec="seconds"))
+        .flatmap(
+            lambda text: st.integers(0, 18).flatmap(
+                lambda at: st.sampled_from(_SHAPE).map(lambda c: text[:at] + c + text[at + 1 :])
+            )
+        ),
+    )
+)
+def test_plain_timestamps_read_as_the_general_way_reads_them(text: str) -> None:
+    assert parse_timestamp(text) == general_parse_timestamp(text)
