@@ -139,7 +139,10 @@ class KeyStore(Protocol):
 
     def get(self, key: str) -> KeyState | None: ...
     def put(self, key: str, state: KeyState) -> None: ...
-    def delete(self, key: str) -> None: ...
+    def delete(self, key: str) -> None:
+        """Only of a stored key."""
+        ...
+
     def times(self) -> Iterable[KeyTimes]:
         """`key_times` of every stored key, in any order."""
         ...
@@ -415,9 +418,11 @@ class PairingPartition:
         horizon = watermark - self._config.expiry_us - self._config.dedup_retention_us
         heap = self._indexes.all_by_time
         while heap and heap[0][0] < horizon:
+            # Each stored key is here once: pushed when first saved, and never saved
+            # again once forgotten (an event past this horizon is late and not kept).
+            # Reading it first was a RocksDB read and a decode per key.
             _, key = heapq.heappop(heap)
-            if self._store.get(key) is not None:
-                self._store.delete(key)
+            self._store.delete(key)
 
     def _save(self, key: str, state: KeyState, new: bool) -> None:
         self._store.put(key, state)
