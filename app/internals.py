@@ -227,16 +227,29 @@ class _PartitionRecords(aiokafka_fetcher.PartitionRecords):  # type: ignore[misc
     aiokafka's own. Which batches and records it yields (aborted transactions, control
     batches, offsets below the fetch) is aiokafka's `_unpack_records`, unchanged."""
 
-    def __init__(self, tp: Any, records: Any, aborted: Any, fetch_offset: int, *rest: Any) -> None:
-        key_deserializer, value_deserializer, *others = rest
-        in_runs = isinstance(value_deserializer, _RecordsInRuns)
-        decoded = in_runs and tp.topic in value_deserializer.topics
-        if in_runs:
-            value_deserializer = None
+    def __init__(
+        self,
+        tp: Any,
+        records: Any,
+        aborted_transactions: Any,
+        fetch_offset: int,
+        key_deserializer: Any,
+        value_deserializer: Any,
+        check_crcs: bool,
+        isolation_level: int,
+    ) -> None:
+        runs = value_deserializer if isinstance(value_deserializer, _RecordsInRuns) else None
         super().__init__(
-            tp, records, aborted, fetch_offset, key_deserializer, value_deserializer, *others
+            tp,
+            records,
+            aborted_transactions,
+            fetch_offset,
+            key_deserializer,
+            None if runs is not None else value_deserializer,
+            check_crcs,
+            isolation_level,
         )
-        if decoded:
+        if runs is not None and tp.topic in runs.topics:
             self._consumer_record = _as_decoded
 
 
