@@ -21,6 +21,7 @@ from faust.types import TP
 
 from app.faust_app import app
 from app.in_order import events_once
+from app.outbox import Outbox
 from app.partition_tasks import PartitionTask
 from app.settings import settings
 from app.step import exactly_once
@@ -119,15 +120,14 @@ async def enrich(stream: Any) -> None:
                 if held is not None:
                     table.put(_waiting_key(partition, held), encode_waiting(held))
             for enriched in out:
-                emit(table, enriched, partition)
+                emit(table, task.outbox, enriched, partition)
 
 
 def _waiting_key(partition: int, waiting: Waiting | Enriched) -> bytes:
     return f"w:{partition}:{waiting.key}".encode()
 
 
-def emit(table: TableWriter, enriched: Enriched, partition: int) -> None:
-    outbox = table.outbox
+def emit(table: TableWriter, outbox: Outbox, enriched: Enriched, partition: int) -> None:
     if enriched.waited:
         table.delete(_waiting_key(partition, enriched))
     outbox.count("enriched" if enriched.reason is None else f"unenriched_{enriched.reason}")

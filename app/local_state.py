@@ -23,7 +23,7 @@ from typing import Any, Final
 from faust.types import TP
 
 from app import internals
-from app.outbox import Delivery, delivered_offset
+from app.outbox import Delivery, Outbox, delivered_offset
 
 Value = bytes | None  # None: deleted
 _ABSENT: Final = object()
@@ -33,11 +33,12 @@ class LocalPartition:
     """One partition of a table on this worker: its local RocksDB and the writes over it
     whose transactions have not all committed yet."""
 
-    __slots__ = ("last_sent", "partition", "table", "uncommitted")
+    __slots__ = ("changelog", "last_sent", "partition", "table", "uncommitted")
 
     def __init__(self, table: Any, partition: int) -> None:
         self.table = table
         self.partition = partition
+        self.changelog: str = table.changelog_topic.get_topic_name()
         self.uncommitted: dict[bytes, Value] = {}
         # Per partition task that wrote here: the delivery of the last changelog record
         # it sent. One producer's records reach a partition in order, so that one has
@@ -124,10 +125,10 @@ class StepWrites:
     def __init__(self, tp: TP, local_state: LocalState) -> None:
         self.tp = tp
         self.local_state = local_state
-        # Per table partition: key -> value, and the index in the outbox of the last
-        # changelog record staged (records are staged in outbox order). Kept apart
-        # per partition so that `sent` hands each one's writes over in one update: a
-        # loop over (partition, key) pairs was 2.2% of a worker's CPU.
+        # Per table partition: key -> value, and the index in the outbox of its last
+        # changelog record (once `to_changelog` has put them there). Kept apart per
+        # partition so that `sent` hands each one's writes over in one update: a loop
+        # over (partition, key) pairs was 2.2% of a worker's CPU.
         self._staged: dict[LocalPartition, dict[bytes, Value]] = {}
         self._last_record: dict[LocalPartition, int] = {}
 
@@ -139,12 +140,22 @@ class StepWrites:
                 return found  # type: ignore[return-value]  # a Value: _ABSENT is not stored
         return local.get(key)
 
-    def stage(self, local: LocalPartition, key: bytes, value: Value, record: int) -> None:
+    def stage(self, local: LocalPartition, key: bytes, value: Value) -> None:
         staged = self._staged.get(local)
         if staged is None:
             staged = self._staged[local] = {}
         staged[key] = value
-        self._last_record[local] = record
+
+    def to_changelog(self, outbox: Outbox) -> None:
+        """Put one changelog record per key written into the outbox, with its last
+        value: the keys' earlier values would be overwritten in the same transaction
+        (a restore applies the records in order). Pairing writes a key when its first
+        event comes and again when its partner does, often in the same run."""
+        records = outbox.records
+        for local, staged in self._staged.items():
+            topic, partition = local.changelog, local.partition
+            records.extend([(topic, key, value, partition) for key, value in staged.items()])
+            self._last_record[local] = len(records) - 1
 
     def staged(self, local: LocalPartition) -> Mapping[bytes, Value]:
         """What the current step, or the steps held while the task's transaction

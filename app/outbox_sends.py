@@ -17,6 +17,7 @@ async def send_outbox(app: AppT, stats: Stats, task: PartitionTask, records: int
     """Send the outbox, and count what it carries: a step's `records`, and those of the
     held steps before it."""
     outbox = task.outbox
+    task.writes.to_changelog(outbox)
     task.writes.sent(await send_in_transaction(app, task.tp, outbox.records))
     stats.processed(task.tp, outbox.counts, time.time(), records + task.held)
     task.held = 0

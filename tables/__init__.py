@@ -31,17 +31,15 @@ def bytes_table(name: str, partitions: int, partitioned_like: Iterable[str]) -> 
 
 class TableWriter:
     """One partition of a bytes table, written inside a step of that partition's task:
-    to the changelog through the step's outbox, and to the local RocksDB once the
-    step's transaction has committed (app/local_state.py). Reads see the step's own
+    to the changelog through the step's outbox as the step ends, and to the local
+    RocksDB once the step's transaction has committed (app/local_state.py). Reads see the step's own
     writes and the partition's uncommitted ones."""
 
-    __slots__ = ("_changelog", "_local", "_writes", "outbox")
+    __slots__ = ("_local", "_writes")
 
     def __init__(self, table: Any, task: PartitionTask) -> None:
-        self._changelog = table.changelog_topic.get_topic_name()
         self._writes = task.writes
         self._local = task.writes.local_state.partition(table, task.tp.partition)
-        self.outbox = task.outbox
 
     @property
     def partition(self) -> int:
@@ -55,12 +53,7 @@ class TableWriter:
         return self._local.items(self._writes.staged(self._local))
 
     def put(self, key: bytes, value: bytes) -> None:
-        self._write(key, value)
+        self._writes.stage(self._local, key, value)
 
     def delete(self, key: bytes) -> None:
-        self._write(key, None)
-
-    def _write(self, key: bytes, value: bytes | None) -> None:
-        outbox = self.outbox
-        self._writes.stage(self._local, key, value, len(outbox.records))
-        outbox.send(self._changelog, key, value, self._local.partition)
+        self._writes.stage(self._local, key, None)

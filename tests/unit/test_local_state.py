@@ -53,8 +53,9 @@ def delivered(offset: int) -> asyncio.Future[Any]:
 
 
 def step_sent(task: PartitionTask, first_offset: int) -> None:
-    """The step's records are sent in one batch, acked at consecutive offsets from
-    `first_offset` (the batch's future reports that one)."""
+    """The step's records, its changelog records last, are sent in one batch, acked at
+    consecutive offsets from `first_offset` (the batch's future reports that one)."""
+    task.writes.to_changelog(task.outbox)
     batch = delivered(first_offset)
     task.writes.sent([(batch, i) for i in range(len(task.outbox.records))])
     task.outbox.clear()
@@ -73,11 +74,13 @@ async def test_writes_reach_rocksdb_after_their_transaction_commits(tmp_path: Pa
     writer.delete(b"k2")
     assert writer.get(b"k1") == b"v1"  # the step sees its own writes
     assert writer.get(b"k2") is None
+    assert task.outbox.records == []  # as the step ends: one record a key, its last value
+    task.writes.to_changelog(task.outbox)
     assert task.outbox.records == [
         ("state-changelog", b"k1", b"v1", 0),
-        ("state-changelog", b"k2", b"v2", 0),
         ("state-changelog", b"k2", None, 0),
     ]
+    task.outbox.clear()
     step_sent(task, first_offset=40)
     assert writer.get(b"k1") == b"v1"  # uncommitted, still seen by later steps
     assert db(table).get(b"k1") is None
@@ -88,7 +91,7 @@ async def test_writes_reach_rocksdb_after_their_transaction_commits(tmp_path: Pa
     local_state.committed({A})
     assert db(table).get(b"k1") == b"v1"
     assert db(table).get(b"k2") is None
-    assert db(table).get(Store.offset_key) == b"42"  # the last changelog record's offset
+    assert db(table).get(Store.offset_key) == b"41"  # the last changelog record's offset
     assert list(TableWriter(table, task).items()) == [(b"k1", b"v1")]
 
 
@@ -99,9 +102,9 @@ async def test_a_step_writing_two_tables_persists_each_ones_last_offset(tmp_path
     TableWriter(first, task).put(b"a", b"1")
     TableWriter(second, task).put(b"b", b"2")
     TableWriter(first, task).put(b"a", b"3")
-    step_sent(task, first_offset=10)  # offsets 10, 11, 12
+    step_sent(task, first_offset=10)  # first's a at 10, second's b at 11
     local_state.committed({A})
-    assert (db(first).get(b"a"), db(first).get(Store.offset_key)) == (b"3", b"12")
+    assert (db(first).get(b"a"), db(first).get(Store.offset_key)) == (b"3", b"10")
     assert (db(second).get(b"b"), db(second).get(Store.offset_key)) == (b"2", b"11")
 
 
@@ -157,6 +160,7 @@ async def test_no_persisted_offset_without_every_delivery(tmp_path: Path, failur
     delivery: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     if failure == "failed":
         delivery.set_exception(RuntimeError("no ack"))
+    unknown.writes.to_changelog(unknown.outbox)
     unknown.writes.sent([(delivery, 0)])
     local_state.committed({A, B})
     assert db(table).get(b"k") == b"v" and db(table).get(b"j") == b"w"

@@ -133,11 +133,13 @@ async def test_steps_go_on_held_while_their_transaction_commits(
 
     # The ingest transaction commits: an ingest step goes on, acked, its records and
     # table writes held; a pairing step goes on as ever.
-    local = own_tasks.local_state.partition(SimpleNamespace(name="table"), 0)
+    changelog = SimpleNamespace(get_topic_name=lambda: "table-changelog")
+    local = own_tasks.local_state.partition(
+        SimpleNamespace(name="table", changelog_topic=changelog), 0
+    )
 
     def write(task: PartitionTask) -> None:
-        task.writes.stage(local, b"k", b"v", len(task.outbox.records))
-        task.outbox.send("table-changelog", b"k", b"v", 0)
+        task.writes.stage(local, b"k", b"v")
 
     await asyncio.wait_for(steps.run(INGEST, 1, write), timeout=5)
     await asyncio.wait_for(steps.run(KEYED, 0), timeout=5)
