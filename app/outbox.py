@@ -87,10 +87,12 @@ async def _send(
     producer: Any, records: list[Record], failed: Callable[[asyncio.Future[Any]], None]
 ) -> list[Delivery]:
     """Hand the records to an aiokafka producer in order: appended to the batch open
-    for their partition where there is one (most are), else through its `send`,
-    which opens one. No await, future or metadata look-up per record: they were about
-    a fifth of a worker's CPU. `failed` watches each batch once, not each record (a
-    callback per record was 5% of the CPU)."""
+    for their partition, or to one opened behind the full ones
+    (`internals.append_to_open_batches`); through its `send` only for a partition the
+    producer does not know yet or that has many batches waiting. No await, future or
+    metadata look-up per record: they were about a fifth of a worker's CPU. `failed`
+    watches each batch once, not each record (a callback per record was 5% of the
+    CPU)."""
     deliveries: list[Delivery] = []
     watched: set[asyncio.Future[Any]] = set()
 

@@ -890,17 +890,18 @@ async def test_records_appended_to_open_batches_follow_the_one_send_put_there() 
         ("out", b"k2", b"v2", 2),
         ("out", b"k3", b"v3", 2),
         ("out", b"k", b"v", 3),
+        ("out", b"k", b"v", 7),  # a partition the producer does not know (yet)
     ]
-    # None open: stops at the first record, appending nothing.
-    assert internals.append_to_open_batches(producer, records, 0, deliveries, watched.append) == 0
-    assert deliveries == [] and watched == []
     accumulator = producer._message_accumulator
     first = await accumulator.add_message(tp, b"k1", b"v1", 5)  # what send ends in
-    # From the second record: two appended to that batch, then none open for partition 3.
-    assert internals.append_to_open_batches(producer, records, 1, deliveries, watched.append) == 3
+    # From the second record: two appended to that batch, one to a batch opened for
+    # partition 3 (and added to the transaction there, as send does); then a stop.
+    assert internals.append_to_open_batches(producer, records, 1, deliveries, watched.append) == 4
     (batch,) = accumulator._batches[tp]
-    assert deliveries == [(batch.future, 1), (batch.future, 2)] and set(watched) == {batch.future}
-    assert batch.record_count == 3
+    (opened,) = accumulator._batches[TopicPartition("out", 3)]
+    assert deliveries == [(batch.future, 1), (batch.future, 2), (opened.future, 0)]
+    assert set(watched) == {batch.future, opened.future}
+    assert batch.record_count == 3 and opened.record_count == 1
     # send appends after them (the batch builder's record count was kept).
     fourth = await accumulator.add_message(tp, b"k4", b"v4", 5)
     batch.done(base_offset=40)
@@ -916,7 +917,7 @@ async def test_records_appended_to_open_batches_follow_the_one_send_put_there() 
     assert [r.offset for r in built_records] == [0, 1, 2, 3]
 
 
-async def test_appending_to_open_batches_stops_at_a_full_batch_and_closes_it() -> None:
+async def test_a_full_batch_is_closed_and_the_next_opened_behind_it() -> None:
     producer = producer_knowing({"out": 5})
     tp = TopicPartition("out", 1)
     accumulator = producer._message_accumulator
@@ -929,11 +930,26 @@ async def test_appending_to_open_batches_stops_at_a_full_batch_and_closes_it() -
         ("out", b"b", big, 1),
         ("out", b"c", b"small", 1),
     ]
-    assert internals.append_to_open_batches(producer, records, 0, deliveries, lambda _: None) == 1
-    assert deliveries == [(batch.future, 1)] and batch.record_count == 2
-    # Closed as BatchBuilder.append closes it when full: send opens the next one.
-    assert batch._builder.closed()
-    assert internals.append_to_open_batches(producer, records, 2, deliveries, lambda _: None) == 2
+    assert internals.append_to_open_batches(producer, records, 0, deliveries, lambda _: None) == 3
+    # Closed as BatchBuilder.append closes it when full; `send` would have waited for
+    # it to be drained before opening the next.
+    first, second, third = accumulator._batches[tp]
+    assert first is batch and first._builder.closed() and second._builder.closed()
+    assert deliveries == [(first.future, 1), (second.future, 0), (third.future, 0)]
+    assert [b.record_count for b in (first, second, third)] == [2, 1, 1]
+
+
+async def test_no_more_batches_are_opened_behind_those_the_sender_has_not_taken() -> None:
+    producer = producer_knowing({"out": 5})
+    tp = TopicPartition("out", 0)
+    accumulator = producer._message_accumulator
+    big = b"x" * accumulator._batch_size
+    records = [("out", b"k", big, 0)] * (internals.QUEUED_BATCHES_PER_PARTITION + 2)
+    deliveries: list[tuple[asyncio.Future[Any], int]] = []
+    stopped = internals.append_to_open_batches(producer, records, 0, deliveries, lambda _: None)
+    # One batch each, up to the limit: the next record goes to send, which waits.
+    assert stopped == internals.QUEUED_BATCHES_PER_PARTITION
+    assert len(accumulator._batches[tp]) == internals.QUEUED_BATCHES_PER_PARTITION
 
 
 async def test_appending_to_open_batches_partitions_a_keyed_record_as_send_does() -> None:
