@@ -917,6 +917,21 @@ async def test_records_appended_to_open_batches_follow_the_one_send_put_there() 
     assert [r.offset for r in built_records] == [0, 1, 2, 3]
 
 
+async def test_a_batch_opened_for_a_step_adds_its_partition_to_the_transaction() -> None:
+    producer = producer_knowing({"out": 3}, transactional_id="pairstream-events-0")
+    transaction = producer._txn_manager
+    transaction.set_pid_and_epoch(1, 0)
+    transaction.begin_transaction()
+    deliveries: list[tuple[asyncio.Future[Any], int]] = []
+    records: list[tuple[str, bytes | None, bytes | None, int | None]] = [("out", b"k", b"v", 2)]
+    assert internals.append_to_open_batches(producer, records, 0, deliveries, lambda _: None) == 1
+    # As send's batch would: the sender adds it to the transaction before its produce.
+    assert transaction.partitions_to_add() == {TopicPartition("out", 2)}
+    (batch,) = producer._message_accumulator._batches[TopicPartition("out", 2)]
+    built = MemoryRecords(bytes(batch.get_data_buffer())).next_batch()
+    assert built is not None and built.is_transactional
+
+
 async def test_a_full_batch_is_closed_and_the_next_opened_behind_it() -> None:
     producer = producer_knowing({"out": 5})
     tp = TopicPartition("out", 1)
