@@ -228,7 +228,7 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
         lines += profile_section(results.profiled, results.profiled.profile)
     lines += section(
         "Latency under load",
-        "One worker on empty topics; A/B partners produced at a share of the median steady"
+        "One worker on empty topics; A/B partners produced at a share of the median first-to-last"
         f" rate above (the longest commit interval), each level for {results.level_seconds:g} s,"
         f" the first {WARM_UP:g} s left out. Latency: from the send of a pair's second event"
         " to the pair visible to a read_committed consumer (`bench/latency.py`).",
