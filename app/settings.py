@@ -126,10 +126,10 @@ class Settings(BaseSettings):
         ge=16 * 1024,
         le=1_000_000,
         description="most bytes of one partition's records a producer gathers into one batch;"
-        " at most the topics' max.message.bytes (the broker's default: 1 MiB). aiokafka waits"
-        " for a full batch to reach the broker before it opens the next, so at faust's 16 KiB"
-        " a step waited on a produce round trip every 60-80 records, and a worker ran at"
-        " about half the rate",
+        " at most the topics' max.message.bytes (the broker's default: 1 MiB). A produce"
+        " request carries one batch a partition, so at faust's 16 KiB a worker ran at about"
+        " half the rate; a step opens the next batch behind a full one, up to 8 a partition"
+        " waiting for the sender",
     )
     transaction_timeout_seconds: float = Field(
         60.0,
