@@ -414,12 +414,12 @@ def _appending(
 def _open_batch(producer: Any, topic: str, partition: int) -> Any:
     """A new batch behind the partition's others, as `send` opens one; None if the
     producer does not know the partition yet or has enough batches waiting in it."""
-    queue = producer._message_accumulator._batches.get((topic, partition))
+    accumulator = producer._message_accumulator
+    queue = accumulator._batches.get((topic, partition))
     if queue is not None and len(queue) >= QUEUED_BATCHES_PER_PARTITION:
         return None
     if partition not in (producer.client.cluster.partitions_for_topic(topic) or ()):
         return None
-    accumulator = producer._message_accumulator
     return accumulator._append_batch(accumulator.create_builder(), TopicPartition(topic, partition))
 
 
