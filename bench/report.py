@@ -7,7 +7,6 @@ import math
 import os
 import platform
 import re
-import statistics
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from importlib.metadata import version
@@ -131,7 +130,7 @@ def profile_section(run: PairstreamResult, found: profile.Profile) -> list[str]:
         f"### Where the worker's CPU went (commit interval {run.commit_interval:g} s)",
         "",
         f"One more run of the same, under py-spy (`--profile`), not in the table above:"
-        f" {run.steady_rate:,.0f} events/s steady, {run.cpu_seconds:.1f} s CPU;"
+        f" {rate(run.steady_rate)} events/s steady, {run.cpu_seconds:.1f} s CPU;"
         f" {found.samples:,} samples of the running threads, by the frame executing (self"
         " time).",
         "",
@@ -149,23 +148,24 @@ def profile_section(run: PairstreamResult, found: profile.Profile) -> list[str]:
 def transactions_section(pairs: list[tuple[PairstreamResult, PairstreamResult]]) -> list[str]:
     interval = pairs[0][0].commit_interval
     rows = [
-        [str(n), f"{with_.steady_rate:,.0f}", f"{with_.cpu_seconds:.1f}",
-         f"{without.steady_rate:,.0f}", f"{without.cpu_seconds:.1f}",
-         f"{with_.steady_rate / without.steady_rate:.2f}x"]
+        [str(n), rate(with_.steady_rate), f"{with_.cpu_seconds:.1f}",
+         rate(without.steady_rate), f"{without.cpu_seconds:.1f}",
+         ratio(with_.steady_rate, without.steady_rate)]
         for n, (with_, without) in enumerate(pairs, 1)
     ]  # fmt: skip
-    with_median = statistics.median(with_.steady_rate for with_, _ in pairs)
-    without_median = statistics.median(without.steady_rate for _, without in pairs)
+    with_median = median(with_.steady_rate for with_, _ in pairs)
+    without_median = median(without.steady_rate for _, without in pairs)
     rows.append(
-        ["median", f"{with_median:,.0f}", "", f"{without_median:,.0f}", "",
-         f"{with_median / without_median:.2f}x"]
+        ["median", rate(with_median), "", rate(without_median), "",
+         ratio(with_median, without_median)]
     )  # fmt: skip
     return section(
         "What transactions cost on this path",
         f"The same worker at the same commit interval ({interval:g} s), with transactions and"
         " with `PAIRSTREAM_BENCH_WITHOUT_TRANSACTIONS=true` (the same steps and sends through"
         " faust's plain producer, flushed before each offset commit: at-least-once), in turn:"
-        f" {len(pairs)} pair(s) of runs, since two single runs differ by more than the cost.",
+        f" {len(pairs)} pair(s) of runs, since two single runs differ by more than the cost."
+        " -: over before a steady rate could be read.",
         ["pair of runs", "with: events/s", "with: CPU (s)", "without: events/s",
          "without: CPU (s)", "with / without"],
         rows,

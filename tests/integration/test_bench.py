@@ -72,12 +72,16 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     assert all(cell == "-" or number(cell) > 0 for cell in pairstream[2:4])
     profiled = report.split("### Where the worker's CPU went", 1)[1]
     assert re.search(
-        r"py-spy[^.]*: [\d,.]+ events/s steady, [\d.]+ s CPU; [1-9][\d,]* samples", profiled
+        r"py-spy[^.]*: ([\d,.]+|-) events/s steady, [\d.]+ s CPU; [1-9][\d,]* samples", profiled
     )
     costs = table_rows(report, "What transactions cost on this path")
     assert [row[0] for row in costs] == ["1", "median"]
-    assert all(number(cell) > 0 for cell in costs[0][1:5])
-    assert costs[1][1] == costs[0][1] and costs[1][3] == costs[0][3]  # one pair: its median
+    with_rate, with_cpu, without_rate, without_cpu, cost = costs[0][1:6]
+    assert number(with_cpu) > 0 and number(without_cpu) > 0
+    # As above: 3,000 events can be through before a steady rate can be read.
+    assert all(cell == "-" or number(cell) > 0 for cell in (with_rate, without_rate))
+    assert cost == "-" if "-" in (with_rate, without_rate) else number(cost.rstrip("x")) > 0
+    assert costs[1][1:6:2] == costs[0][1:6:2] == [with_rate, without_rate, cost]  # one pair
     [latency] = table_rows(report, "Latency under load")
     assert latency[1] == "50%"
     pairs, p50, p99, worst = (number(cell) for cell in latency[3:])

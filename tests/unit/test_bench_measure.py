@@ -9,8 +9,15 @@ from pathlib import Path
 from bench.latency import LatencyResult
 from bench.measure import Samples, median
 from bench.pairstream import PairstreamResult, discard_run
+from bench.profile import Profile
 from bench.quix import QuixResult
-from bench.report import Results, comparison_section, run_numbers
+from bench.report import (
+    Results,
+    comparison_section,
+    profile_section,
+    run_numbers,
+    transactions_section,
+)
 from bench.restart import RestartResult
 
 
@@ -83,6 +90,28 @@ def test_the_comparison_is_of_medians_at_each_interval() -> None:
     # left: no ratio.
     rows = comparison_section([ours(1.0, math.nan, 16.0)], [peer(1.0, 25.0, 8.0)])
     assert "| 1 | 1 / 1 | - | 25 | - | 16 | 8 | 2.00x |" in rows
+
+
+def test_the_cost_of_transactions_is_the_ratio_of_medians_of_readable_runs() -> None:
+    pairs = [
+        (ours(1.0, 90.0, 80.0), ours(1.0, 100.0, 90.0)),
+        (ours(1.0, math.nan, 80.0), ours(1.0, 120.0, 90.0)),
+        (ours(1.0, 110.0, 80.0), ours(1.0, 110.0, 90.0)),
+    ]
+    rows = [line for line in transactions_section(pairs) if line[2:3].isdigit() or "median" in line]
+    assert rows == [
+        "| 1 | 90 | 5.0 | 100 | 5.0 | 0.90x |",
+        # A run over before its steady rate could be read shows no rate and no ratio.
+        "| 2 | - | 5.0 | 120 | 5.0 | - |",
+        "| 3 | 110 | 5.0 | 110 | 5.0 | 1.00x |",
+        "| median | 100 |  | 110 |  | 0.91x |",
+    ]
+
+
+def test_a_profiled_run_with_no_steady_rate_says_so() -> None:
+    found = Profile(120, [("aiokafka", 0.5)], [("send", 0.25)])
+    text = "\n".join(profile_section(ours(1.0, math.nan, 80.0), found))
+    assert ": - events/s steady, 5.0 s CPU; 120 samples" in text
 
 
 def test_runs_are_numbered_within_their_commit_interval() -> None:
