@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.ceiling import consume_produce
-from bench.latency import run_latency
+from bench.latency import SMOKE_LATENCY_BASIS, run_latency
 from bench.measure import median
 from bench.pairstream import run_worker
 from bench.quix import run_quix
@@ -43,6 +43,7 @@ class Plan:
     intervals: list[float]  # ascending: the last gives the highest rate
     rounds: int  # runs of pairstream and of the peer at each interval, in turn
     loads: list[float]
+    latency_basis: float | None  # events/s the loads are shares of; None: measured first
     level_seconds: float
     pending: list[int]
     transaction_pairs: int
@@ -55,15 +56,11 @@ class Plan:
 Part = Callable[[Plan, Results], Coroutine[Any, Any, None]]
 
 
-async def throughput_peer_and_latency(plan: Plan, results: Results) -> None:
+async def throughput_and_peer(plan: Plan, results: Results) -> None:
     """One worker and the Quix Streams app over the same workload at each commit
     interval, in turn, `plan.rounds` times: two runs minutes apart differ by more than
     the two apps do, so the comparison is of medians of runs taken side by side in
-    time. Then latency, at shares of the median first-to-last rate at the longest
-    interval: the rate both stages keep up together, as under a live input. The steady
-    rate of this pre-produced input can end in pairing's phase alone, once ingest has
-    read everything (1.45x the first-to-last rate at 1 s commits on `277c66e`), and half
-    of it offered live was more than the worker kept up with (p99 3.0-6.7 s)."""
+    time."""
     source = f"bench-input-{uuid.uuid4().hex[:8]}"
     await pre_produce(plan.bootstrap, source, plan.records)
     for interval in plan.intervals:
@@ -76,13 +73,24 @@ async def throughput_peer_and_latency(plan: Plan, results: Results) -> None:
             results.quix.append(
                 await run_quix(plan.bootstrap, source, plan.records, interval, plan.timeout)
             )
-    longest = plan.intervals[-1]
-    at_max = [r for r in results.pairstream if r.commit_interval == longest]
-    # A smoke run can be over within one sample: then its whole run's rate.
-    rate = median([r.through_rate for r in at_max])
-    if not math.isfinite(rate):
-        rate = median([len(plan.records) / r.seconds for r in at_max])
     await delete_topics(plan.bootstrap, source)
+
+
+async def latency(plan: Plan, results: Results) -> None:
+    """Latency at shares of `plan.latency_basis`; without one, of the median
+    first-to-last rate of the pairstream runs before it (the parts then run one after
+    the other) at the longest interval: the rate both stages keep up together, as
+    under a live input. The steady rate of this pre-produced input can end in pairing's
+    phase alone, once ingest has read everything (1.45x the first-to-last rate at 1 s
+    commits on `277c66e`), and half of it offered live was more than the worker kept up
+    with (p99 3.0-6.7 s)."""
+    longest = plan.intervals[-1]
+    rate = plan.latency_basis
+    if rate is None:
+        at_max = [r for r in results.pairstream if r.commit_interval == longest]
+        rate = median([r.through_rate for r in at_max])
+        if not math.isfinite(rate):  # runs over within one sample: their whole runs' rate
+            rate = median([len(plan.records) / r.seconds for r in at_max])
     print(f"latency, commit interval {longest:g} s ...", flush=True)
     results.latency = await run_latency(
         plan.bootstrap, longest, rate, plan.loads, plan.level_seconds
@@ -138,28 +146,30 @@ async def restarts(plan: Plan, results: Results) -> None:
 
 
 PARTS: list[Part] = [
-    throughput_peer_and_latency, transactions, profiled, workers, ceiling, restarts
+    throughput_and_peer, latency, transactions, profiled, workers, ceiling, restarts
 ]  # fmt: skip
 
 
 def measure(plan: Plan, side_by_side: bool) -> Results:
-    """Every part of the suite, one after the other; or `side_by_side`, each in a process
-    of its own (a smoke run: its figures then say nothing about speed, and it is over in
-    a fraction of the time). Each part gives its runs their own topics and state."""
+    """Every part of the suite, one after the other, each seeing what those before it
+    measured; or `side_by_side`, each in a process of its own (a smoke run: its figures
+    then say nothing about speed, and it is over in a fraction of the time). Each part
+    gives its runs their own topics and state."""
     print("the rules and codecs alone ...", flush=True)
-    rules_only = run_rules_only(plan.records, INPUT_PARTITIONS)
+    results = Results(
+        level_seconds=plan.level_seconds,
+        rules_only=run_rules_only(plan.records, INPUT_PARTITIONS),
+        side_by_side=side_by_side,
+    )
     if side_by_side:
         with ProcessPoolExecutor(
             len(PARTS), mp_context=multiprocessing.get_context("fork")
         ) as pool:
-            parts = list(pool.map(run_part, PARTS, [plan] * len(PARTS)))
+            for measured in pool.map(run_part, PARTS, [plan] * len(PARTS)):
+                results.add(measured)
     else:
-        parts = [run_part(part, plan) for part in PARTS]
-    results = Results(
-        level_seconds=plan.level_seconds, rules_only=rules_only, side_by_side=side_by_side
-    )
-    for part in parts:
-        results.add(part)
+        for part in PARTS:
+            asyncio.run(part(plan, results))
     return results
 
 
@@ -208,6 +218,7 @@ def main(argv: list[str] | None = None) -> None:
         intervals,
         repeats,
         loads,
+        SMOKE_LATENCY_BASIS if args.smoke else None,
         level_seconds,
         pending,
         repeats,

@@ -26,6 +26,9 @@ SPACING = timedelta(milliseconds=1)  # between keys: each key's timestamp is its
 WARM_UP = 3.0  # seconds of each level left out of its figures
 DRAIN_SECONDS = 120.0  # after a level, for its last pairs
 TICK = 0.005  # seconds between two hand-overs of the load generator
+# What a smoke run's loads are shares of: its parts run side by side, so no rate it
+# measures is worth basing them on.
+SMOKE_LATENCY_BASIS = 1_000.0
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from importlib.metadata import version
 
 from bench import profile
 from bench.ceiling import CeilingResult
-from bench.latency import WARM_UP, LatencyResult
+from bench.latency import SMOKE_LATENCY_BASIS, WARM_UP, LatencyResult
 from bench.measure import median
 from bench.pairstream import PairstreamResult
 from bench.quix import QUIXSTREAMS, QuixResult
@@ -192,7 +192,11 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
         f"Written by `{command}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. One run; figures from",
         "another machine, or from this one under other load, are not comparable.",
         *(
-            ["", "The parts of this run ran side by side: its figures say nothing about speed."]
+            [
+                "",
+                "The parts of this run ran side by side: its figures say nothing about speed."
+                f" Latency's loads are shares of a fixed {SMOKE_LATENCY_BASIS:,.0f} events/s.",
+            ]
             if results.side_by_side
             else []
         ),
