@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pairing.rules import MICROS, PairingConfig
@@ -38,6 +38,29 @@ class Settings(BaseSettings):
         4, ge=1, description="partitions of the keyed topic and of the state changelogs"
     )
     replication_factor: int = Field(1, ge=1)
+
+    # Kafka connection: every client of the project takes it from app/kafka_connection.py
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="how clients connect: TLS (SSL), SASL, both, or neither"
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "SCRAM-SHA-512", description="SASL mechanism, with SASL_PLAINTEXT or SASL_SSL"
+    )
+    kafka_username: str | None = Field(None, description="SASL username")
+    kafka_password: SecretStr | None = Field(None, description="SASL password; never logged")
+    kafka_password_file: Path | None = Field(
+        None, description="a file holding the SASL password (a mounted secret); wins over it"
+    )
+    kafka_ca_file: Path | None = Field(
+        None, description="PEM CA certificates to trust; none: the system's trust store"
+    )
+    kafka_cert_file: Path | None = Field(None, description="PEM client certificate (mutual TLS)")
+    kafka_key_file: Path | None = Field(
+        None, description="PEM private key of the client certificate, unencrypted"
+    )
+    kafka_check_hostname: bool = Field(
+        True, description="the broker's certificate must name the host connected to"
+    )
 
     # Pairing rules
     expiry_seconds: float = Field(300.0, gt=0, description="event-time expiry of a pending event")
@@ -175,6 +198,16 @@ class Settings(BaseSettings):
     web_canonical_url: str | None = Field(
         None, description="URL other workers reach this one at; default http://web_host:web_port"
     )
+    web_token: SecretStr | None = Field(
+        None,
+        description="when set, data endpoints need `Authorization: Bearer <token>`; never logged",
+    )
+    web_token_file: Path | None = Field(
+        None, description="a file holding the web token (a mounted secret); wins over it"
+    )
+    web_open_metrics: bool = Field(
+        False, description="with a web token: serve /metrics and the dashboard page without it"
+    )
     debug: bool = Field(
         False, description="also serve faust's raw table dumps (/table), graph and sensor pages"
     )
@@ -277,6 +310,21 @@ class Settings(BaseSettings):
     hopping_slide_seconds: int = Field(60, gt=0)
     sliding_window_seconds: int = Field(300, gt=0, description="look-back of a sliding window")
     session_gap_seconds: int = Field(60, gt=0, description="event-time silence closing a session")
+
+    @model_validator(mode="after")
+    def _secrets_from_files(self) -> Settings:
+        # A mounted secret is a file; read once here, so nothing else knows where it came from.
+        for field, source in (
+            ("kafka_password", self.kafka_password_file),
+            ("web_token", self.web_token_file),
+        ):
+            if source is not None:
+                try:
+                    secret = source.read_text().rstrip("\r\n")
+                except OSError as exc:
+                    raise ValueError(f"{field}_file {source}: {exc.strerror}") from None
+                object.__setattr__(self, field, SecretStr(secret))
+        return self
 
     @property
     def pairing(self) -> PairingConfig:

@@ -1,4 +1,4 @@
-"""The worker's HTTP endpoints, on faust's web server: /stats, /stats/cluster,
+"""The worker's HTTP endpoints, on faust's web server: /health, /stats, /stats/cluster,
 /pending/{timestamp}, /metrics and the dashboard at /.
 
 Every error is JSON {"error": message, ...} with its status code.
@@ -35,6 +35,13 @@ setup_metrics(app, conf.faust_sensor)
 @app.page("/")
 async def dashboard(self: View, request: Request) -> Response:
     return self.html(DASHBOARD)
+
+
+@app.page("/health")
+async def health(self: View, request: Request) -> Response:
+    """Liveness for supervisors and container health checks: the web server answers.
+    No data, so never behind the token."""
+    return self.json({"ok": True})
 
 
 @app.page("/stats")
