@@ -35,7 +35,7 @@ def sources(conf: Settings) -> dict[str, str]:
 def read_topic(spark: SparkSession, conf: Settings, topic: str) -> DataFrame:
     return (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", conf.bootstrap_servers)
+        .options(**conf.kafka.spark_options())
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("kafka.isolation.level", "read_committed")
@@ -79,7 +79,7 @@ def ingest(spark: SparkSession, conf: Settings) -> dict[str, int]:
 
 async def committed_offsets(conf: Settings) -> Mapping[tuple[str, int], int]:
     """How far the pairing app's consumer group has committed on its inputs."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=conf.bootstrap_servers)
+    admin = AIOKafkaAdminClient(**conf.kafka.aiokafka())
     await admin.start()
     try:
         offsets = await admin.list_consumer_group_offsets(conf.app_id)

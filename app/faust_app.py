@@ -90,6 +90,7 @@ def create_app() -> PairstreamApp:
     return PairstreamApp(
         conf.app_id,
         broker=conf.broker,
+        broker_credentials=conf.kafka.faust_credentials(),
         processing_guarantee=(
             "at_least_once" if conf.bench_without_transactions else "exactly_once"
         ),

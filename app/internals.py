@@ -27,6 +27,7 @@ from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
+from app.kafka_connection import KafkaConnection
 from app.kafka_partitioner import default_partition
 from app.offset_fetch import StableOffsetFetchRequest, as_version_3
 
@@ -474,10 +475,10 @@ def group_member_id(consumer: AIOKafkaConsumer) -> str | None:
     return member_id
 
 
-async def remove_group_member(bootstrap_servers: str, group: str, member_id: str) -> None:
+async def remove_group_member(kafka: KafkaConnection, group: str, member_id: str) -> None:
     """Ask the group's coordinator to remove a member, as if it had left (LeaveGroup on
     its behalf; aiokafka's client has no public call for it). Raises the broker's error."""
-    client = AIOKafkaClient(bootstrap_servers=bootstrap_servers)
+    client = AIOKafkaClient(**kafka.aiokafka())
     await client.bootstrap()
     try:
         node_id = await client.coordinator_lookup(CoordinationType.GROUP, group)

@@ -66,7 +66,7 @@ class InputPartitionsMismatch(RuntimeError):
 
 @asynccontextmanager
 async def admin_client(conf: Settings) -> AsyncIterator[AIOKafkaAdminClient]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=conf.bootstrap_servers)
+    admin = AIOKafkaAdminClient(**conf.kafka.aiokafka())
     await admin.start()
     try:
         yield admin
@@ -146,7 +146,7 @@ async def ensure_topics(conf: Settings) -> None:
 async def read_committed(conf: Settings) -> AsyncIterator[AIOKafkaConsumer]:
     """A started consumer outside any group that sees committed records only."""
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=conf.bootstrap_servers,
+        **conf.kafka.aiokafka(),
         isolation_level="read_committed",
         enable_auto_commit=False,
         auto_offset_reset="earliest",

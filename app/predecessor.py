@@ -64,7 +64,7 @@ async def remove(conf: Settings) -> None:
     try:
         # No longer than the session timeout, after which the member is gone anyway.
         await asyncio.wait_for(
-            internals.remove_group_member(conf.bootstrap_servers, conf.app_id, member_id),
+            internals.remove_group_member(conf.kafka, conf.app_id, member_id),
             conf.session_timeout_seconds,
         )
     except UnknownMemberIdError:

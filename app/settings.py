@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.kafka_connection import KafkaConnection
 from pairing.rules import MICROS, PairingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -366,6 +367,11 @@ class Settings(BaseSettings):
     @property
     def bootstrap_servers(self) -> str:
         return self.broker.removeprefix("kafka://").replace(";", ",")
+
+    @property
+    def kafka(self) -> KafkaConnection:
+        """How every Kafka client connects (app/kafka_connection.py)."""
+        return KafkaConnection.from_settings(self)
 
 
 @lru_cache(maxsize=1)

@@ -15,6 +15,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.producer.message_accumulator import BatchBuilder
 
+from app.kafka_connection import KafkaConnection
 from bench.workload import create_topic, delete_topics
 
 
@@ -77,14 +78,14 @@ async def consume_produce(
     await create_topic(bootstrap, sink)
     consumer = AIOKafkaConsumer(
         source,
-        bootstrap_servers=bootstrap,
+        **KafkaConnection(bootstrap).aiokafka(),
         group_id=group,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         isolation_level="read_committed",
     )
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
+        **KafkaConnection(bootstrap).aiokafka(),
         enable_idempotence=True,
         linger_ms=5,
         transactional_id=group if transactional else None,

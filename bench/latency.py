@@ -15,6 +15,7 @@ from datetime import timedelta
 from aiokafka import AIOKafkaProducer
 
 from app.kafka_admin import ensure_topics
+from app.kafka_connection import KafkaConnection
 from bench.ceiling import BatchedSink
 from bench.pairstream import worker_run
 from bench.workload import INPUT_PARTITIONS, create_topic
@@ -97,7 +98,9 @@ async def run_latency(
     await create_topic(bootstrap, conf.events_topic)
     await ensure_topics(conf)
     worker = start_worker(log_path)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, linger_ms=5)
+    producer = AIOKafkaProducer(
+        **KafkaConnection(bootstrap).aiokafka(), enable_idempotence=True, linger_ms=5
+    )
     try:
         await wait_ready(log_path, worker)
         await producer.start()

@@ -49,7 +49,7 @@ class WorkerRun:
     async def discard(self) -> None:
         """What a run that succeeded leaves behind: its topics, state and logs."""
         run_dir = Path(self.conf.data_dir)
-        await delete_topics(self.conf.bootstrap_servers, run_dir.name)  # the run id
+        await delete_topics(self.conf.kafka.bootstrap_servers, run_dir.name)  # the run id
         discard_run(run_dir)
 
 

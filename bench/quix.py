@@ -20,6 +20,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
+from app.kafka_connection import KafkaConnection
 from bench.measure import Samples, cpu_seconds
 from bench.pairstream import discard_run
 from bench.workload import create_topic, delete_topics
@@ -106,7 +107,7 @@ async def committed_until_every_pair(
 async def count_visible(bootstrap: str, topic: str, seen: list[int]) -> None:
     consumer = AIOKafkaConsumer(
         topic,
-        bootstrap_servers=bootstrap,
+        **KafkaConnection(bootstrap).aiokafka(),
         auto_offset_reset="earliest",
         isolation_level="read_committed",
         enable_auto_commit=False,
@@ -134,7 +135,7 @@ async def run_quix(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     seen = [0]
     reader = asyncio.ensure_future(count_visible(bootstrap, sink, seen))
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**KafkaConnection(bootstrap).aiokafka())
     await admin.start()
     with log_path.open("ab") as log:
         app = subprocess.Popen(

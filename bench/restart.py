@@ -80,7 +80,7 @@ async def back_to_processing(
     async with OutputReader(conf) as reader:
         await reader.read_available()  # the pairs of earlier rounds
         before = len(reader.outputs.pairs)
-        await produce(probes, conf.bootstrap_servers, conf.events_topic, rate=0, progress=False)
+        await produce(probes, conf.kafka, conf.events_topic, rate=0, progress=False)
         first: float | None = None
         while len(reader.outputs.pairs) - before < len(probes):
             if time.monotonic() - killed_at > timeout:

@@ -14,6 +14,7 @@ from pathlib import Path
 from aiokafka.admin import AIOKafkaAdminClient
 
 from app.kafka_admin import ensure_topics
+from app.kafka_connection import KafkaConnection
 from bench.measure import cpu_seconds
 from bench.pairstream import worker_run
 from bench.quix import committed, committed_until_every_pair, count_visible, expected_pairs
@@ -47,7 +48,7 @@ async def run_workers(
     wanted = expected_pairs(records)
     seen = [0]
     reader = asyncio.ensure_future(count_visible(bootstrap, run.conf.pairs_topic, seen))
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**KafkaConnection(bootstrap).aiokafka())
     await admin.start()
     processes: list[tuple[subprocess.Popen[bytes], Path]] = []
     started = time.monotonic()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from app.kafka_connection import KafkaConnection
 from tools.generate import Record, StreamShape, generate, produce
 
 INPUT_PARTITIONS = 4
@@ -28,7 +29,7 @@ def workload(count: int, seed: int = 14) -> list[Record]:
 
 async def create_topic(bootstrap: str, topic: str) -> None:
     """A topic of INPUT_PARTITIONS partitions (the broker does not auto-create)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**KafkaConnection(bootstrap).aiokafka())
     await admin.start()
     try:
         await admin.create_topics([NewTopic(topic, INPUT_PARTITIONS, 1)])
@@ -39,7 +40,7 @@ async def create_topic(bootstrap: str, topic: str) -> None:
 async def delete_topics(bootstrap: str, mark: str) -> None:
     """Delete every topic whose name holds `mark` (a run's unique id): a suite run's
     topics took 3.9 GiB of the broker's disk, and the broker never deletes them."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**KafkaConnection(bootstrap).aiokafka())
     await admin.start()
     try:
         doomed = [topic for topic in await admin.list_topics() if mark in topic]
@@ -51,4 +52,4 @@ async def delete_topics(bootstrap: str, mark: str) -> None:
 
 async def pre_produce(bootstrap: str, topic: str, records: list[Record]) -> None:
     await create_topic(bootstrap, topic)
-    await produce(records, bootstrap, topic, rate=0, progress=False)
+    await produce(records, KafkaConnection(bootstrap), topic, rate=0, progress=False)

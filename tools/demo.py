@@ -58,7 +58,7 @@ def run_settings(run_id: str) -> dict[str, str]:
 async def input_committed(conf: Settings) -> bool:
     """True when the worker has committed its position at the end of the input."""
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=conf.bootstrap_servers, group_id=conf.app_id, enable_auto_commit=False
+        **conf.kafka.aiokafka(), group_id=conf.app_id, enable_auto_commit=False
     )
     await consumer.start()
     try:
@@ -105,10 +105,8 @@ async def run(args: argparse.Namespace) -> None:
         records = generate(StreamShape(count=args.count, seed=args.seed))
         if args.enrichment:
             row = b'{"tariff": "peak", "why": "a demo row for the first day only"}'
-            await produce(
-                [(FIRST_DAY.encode(), row)], conf.bootstrap_servers, conf.sources_topic, 0, False
-            )
-        await produce(records, conf.bootstrap_servers, conf.events_topic, args.rate, True)
+            await produce([(FIRST_DAY.encode(), row)], conf.kafka, conf.sources_topic, 0, False)
+        await produce(records, conf.kafka, conf.events_topic, args.rate, True)
         print("waiting for the worker to settle ...", flush=True)
         async with OutputReader(conf) as reader:
             outputs = await settle(conf, reader)
@@ -187,11 +185,11 @@ async def run_chain(conf: Settings) -> str:
     shape = ChainShape(accounts=200, deposits=5000, seed=1)
     accounts, deposits = account_records(shape), deposit_records(shape)
     model = expected(accounts, deposits)
-    await produce(accounts, conf.bootstrap_servers, conf.accounts_topic, 0, False)
+    await produce(accounts, conf.kafka, conf.accounts_topic, 0, False)
     changelog = f"{conf.app_id}-accounts-changelog"
     # Accounts first: validation reads them as a table, in processing order.
     await until_count(conf, changelog, len(accounts))
-    await produce(deposits, conf.bootstrap_servers, conf.deposits_topic, 0, True)
+    await produce(deposits, conf.kafka, conf.deposits_topic, 0, True)
     validated = await until_count(conf, conf.validated_topic, model.validated)
     dead = await until_count(conf, conf.deposits_dead_letter_topic, model.dead_lettered)
     balances = {}

@@ -120,8 +120,8 @@ def expected(accounts: list[Record], deposits: list[Record]) -> Expected:
 
 
 async def produce_chain(conf: Settings, shape: ChainShape, rate: float) -> None:
-    await produce(account_records(shape), conf.bootstrap_servers, conf.accounts_topic, 0, False)
-    await produce(deposit_records(shape), conf.bootstrap_servers, conf.deposits_topic, rate, True)
+    await produce(account_records(shape), conf.kafka, conf.accounts_topic, 0, False)
+    await produce(deposit_records(shape), conf.kafka, conf.deposits_topic, rate, True)
 
 
 def main() -> None:

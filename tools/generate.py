@@ -23,6 +23,8 @@ from typing import Any
 
 from aiokafka.errors import KafkaTimeoutError
 
+from app.kafka_connection import KafkaConnection
+
 BASE_TIME = datetime(2024, 2, 9, 21, 0, 0, tzinfo=UTC)
 OUTAGE_TRIES = 5  # of aiokafka's 40 s each: a broker away 200 s fails the producer
 
@@ -122,12 +124,12 @@ def generate(shape: StreamShape) -> list[Record]:
 
 
 async def produce(
-    records: list[Record], bootstrap: str, topic: str, rate: float, progress: bool
+    records: list[Record], kafka: KafkaConnection, topic: str, rate: float, progress: bool
 ) -> None:
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, enable_idempotence=True, linger_ms=5, max_request_size=2**21
+        **kafka.aiokafka(), enable_idempotence=True, linger_ms=5, max_request_size=2**21
     )
     await producer.start()
     bar = None
@@ -188,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
                 text = None if raw is None else raw.decode("latin-1")
                 out.write(json.dumps(text) + "\n")
     conf = settings()
-    asyncio.run(produce(records, conf.bootstrap_servers, conf.events_topic, args.rate, True))
+    asyncio.run(produce(records, conf.kafka, conf.events_topic, args.rate, True))
 
 
 if __name__ == "__main__":

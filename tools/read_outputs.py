@@ -41,7 +41,7 @@ class OutputReader:
         self.conf = conf
         self.outputs = Outputs()
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=conf.bootstrap_servers,
+            **conf.kafka.aiokafka(),
             isolation_level="read_committed",
             enable_auto_commit=False,
             auto_offset_reset="earliest",

@@ -66,7 +66,7 @@ class Pipeline:
         return Worker(self, index)
 
     async def produce(self, records: list[Record], rate: float = 0) -> None:
-        await produce(records, self.conf.bootstrap_servers, self.conf.events_topic, rate, False)
+        await produce(records, self.conf.kafka, self.conf.events_topic, rate, False)
 
     def model(
         self, sources: list[list[bytes | None]], drained: bool = False, all_idle: bool = False

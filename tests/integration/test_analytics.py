@@ -267,7 +267,7 @@ def wrong_outputs(conf: Settings) -> list[tuple[str, bytes]]:
 
 async def write(conf: Settings, records: list[tuple[str, bytes]], partition: int | None) -> int:
     """Straight to the topics, outside any transaction; the offset of the last."""
-    producer = AIOKafkaProducer(bootstrap_servers=conf.bootstrap_servers)
+    producer = AIOKafkaProducer(**conf.kafka.aiokafka())
     await producer.start()
     try:
         for topic, value in records:
@@ -339,7 +339,7 @@ async def test_reconciliation_is_clean_then_reports_exactly_the_injected_faults(
 
 async def commit_group_offset(conf: Settings, tp: TopicPartition, offset: int) -> None:
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=conf.bootstrap_servers, group_id=conf.app_id, enable_auto_commit=False
+        **conf.kafka.aiokafka(), group_id=conf.app_id, enable_auto_commit=False
     )
     await consumer.start()
     try:

@@ -81,7 +81,7 @@ async def run_chain(broker: str, tmp: Path, shape: ChainShape, scale: bool) -> N
     await pipeline.create_topics()
     accounts, deposits = account_records(shape), deposit_records(shape)
     model = expected(accounts, deposits)
-    await produce(accounts, conf.bootstrap_servers, conf.accounts_topic, 0, False)
+    await produce(accounts, conf.kafka, conf.accounts_topic, 0, False)
     workers = [pipeline.worker(0)]
     workers[0].start()
     rng = random.Random(shape.seed)
@@ -95,9 +95,7 @@ async def run_chain(broker: str, tmp: Path, shape: ChainShape, scale: bool) -> N
         # Account changes first: validation reads accounts as a table, in processing order.
         await until(accounts_applied, workers, 300, "accounts applied")
         producing = asyncio.create_task(
-            produce(
-                deposits, conf.bootstrap_servers, conf.deposits_topic, len(deposits) / 15, False
-            )
+            produce(deposits, conf.kafka, conf.deposits_topic, len(deposits) / 15, False)
         )
         for point in sorted(rng.uniform(0.1, 0.8) for _ in range(KILLS)):
             await until(

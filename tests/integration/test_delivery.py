@@ -139,7 +139,7 @@ MODES: dict[str, tuple[Behaviour, dict[str, str]]] = {
 
 async def produce_orders(pipeline: Pipeline, records: Orders, rate: float = 0) -> None:
     conf = pipeline.conf
-    await produce(records, conf.bootstrap_servers, conf.delivery_source, rate, False)
+    await produce(records, conf.kafka, conf.delivery_source, rate, False)
 
 
 async def when_applied(

@@ -82,10 +82,10 @@ async def test_present_missing_late_changed_and_deleted_rows_through_a_kill(
 
     async def rows(*records: tuple[str, bytes | None]) -> None:
         keyed = [(day.encode(), row) for day, row in records]
-        await produce(keyed, conf.bootstrap_servers, conf.sources_topic, 0, False)
+        await produce(keyed, conf.kafka, conf.sources_topic, 0, False)
 
     async def pairs(records: list[Record]) -> None:
-        await produce(records, conf.bootstrap_servers, conf.pairs_topic, 0, False)
+        await produce(records, conf.kafka, conf.pairs_topic, 0, False)
 
     async def applied(changes: int) -> None:
         """Until `changes` row changes reached every partition's state (as committed)."""

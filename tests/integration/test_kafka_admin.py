@@ -17,6 +17,7 @@ from faust.types import TP
 
 from app import internals
 from app.kafka_admin import TopicsNotReady, end_offsets, last_committed_records, wait_until_ready
+from app.kafka_connection import KafkaConnection
 from app.settings import Settings
 from tests.conftest import broker_nodes
 from tools import broker as local_broker
@@ -131,10 +132,10 @@ async def test_removing_a_dead_member_lets_the_group_rebalance_at_once(broker: s
     try:
         # The coordinator waits for the dead member to rejoin, until its session ends.
         assert await assigned_within(successor, 6) == set()
-        await internals.remove_group_member(broker, group, member_id)
+        await internals.remove_group_member(KafkaConnection(broker), group, member_id)
         assert await assigned_within(successor, 30) == {TopicPartition(topic, p) for p in range(4)}
         with pytest.raises(UnknownMemberIdError):
-            await internals.remove_group_member(broker, group, member_id)
+            await internals.remove_group_member(KafkaConnection(broker), group, member_id)
     finally:
         await successor.stop()
 

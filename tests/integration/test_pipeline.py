@@ -190,7 +190,7 @@ async def test_a_pairing_stage_behind_its_input_closes_no_key_by_max_wait(
 
     written = [*marks, event("B", 2), *(marks[0] for _ in range(10_000))]
     written += [TICK, event("A", 1)]
-    producer = AIOKafkaProducer(bootstrap_servers=conf.bootstrap_servers, linger_ms=50)
+    producer = AIOKafkaProducer(**conf.kafka.aiokafka(), linger_ms=50)
     await producer.start()
     try:
         at_ms = int(time.time() * 1000)
@@ -374,7 +374,7 @@ async def test_a_worker_back_from_a_stall_declares_no_partition_idle_that_was_no
 async def produce_to_partitions(pipeline: Pipeline, placed: list[tuple[int, bytes | None]]) -> None:
     from aiokafka import AIOKafkaProducer
 
-    producer = AIOKafkaProducer(bootstrap_servers=pipeline.conf.bootstrap_servers, linger_ms=5)
+    producer = AIOKafkaProducer(**pipeline.conf.kafka.aiokafka(), linger_ms=5)
     await producer.start()
     try:
         sends = [

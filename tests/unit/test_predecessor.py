@@ -9,6 +9,7 @@ import pytest
 from aiokafka.errors import UnknownMemberIdError
 
 from app import internals, predecessor
+from app.kafka_connection import KafkaConnection
 from app.settings import Settings
 
 
@@ -44,8 +45,8 @@ def conf(tmp_path: Path, **kwargs: object) -> Settings:
 def removals(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str]]:
     removed: list[tuple[str, str, str]] = []
 
-    async def remove_group_member(bootstrap: str, group: str, member_id: str) -> None:
-        removed.append((bootstrap, group, member_id))
+    async def remove_group_member(kafka: KafkaConnection, group: str, member_id: str) -> None:
+        removed.append((kafka.bootstrap_servers, group, member_id))
         if member_id == "gone":
             raise UnknownMemberIdError()
         if member_id == "unreachable":
