@@ -15,7 +15,9 @@ import time
 
 from analytics.jobs import JOBS, run
 from analytics.spark import JARS, spark_jars
-from app.settings import settings
+from app.kafka_access import EX_CONFIG, KafkaAccessError
+from app.kafka_connection import KafkaConfigError
+from app.settings import Settings, settings
 
 
 def period_seconds(text: str) -> float:
@@ -35,7 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", help="Spark master (default: settings, local[*])")
     parser.add_argument("--every", type=period_seconds, default=300.0, help="schedule period")
     args = parser.parse_args(argv)
-    conf = settings()
+    try:
+        return run_jobs(args, settings())
+    except (KafkaAccessError, KafkaConfigError) as exc:
+        print(f"cannot run: {exc}", file=sys.stderr)
+        return EX_CONFIG
+
+
+def run_jobs(args: argparse.Namespace, conf: Settings) -> int:
     if args.job == "jars":  # resolve Spark's extra jars now, not at the first job
         print(f"{len(spark_jars())} jars in {JARS}")
         return 0

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from analytics.ingest import ingest
 from analytics.lake import Lake
 from analytics.reconcile import reconcile
 from analytics.spark import spark_session
 from analytics.windows import windows
+from app.kafka_access import analytics_permissions, check_access
 from app.settings import Settings
 
 JOBS = ("ingest", "windows", "reconcile", "all")
 
 
 def run(job: str, conf: Settings, master: str | None) -> bool:
-    """Run one job (or all, in order); False when reconciliation found discrepancies."""
+    """Run one job (or all, in order); False when reconciliation found discrepancies.
+    Raises KafkaAccessError before Spark starts when ingest could not read Kafka."""
+    if job in ("ingest", "all"):
+        asyncio.run(check_access(conf.kafka, analytics_permissions(conf)))
     spark = spark_session(conf, f"pairstream-{job}", master)
     try:
         if job in ("ingest", "all"):

@@ -9,7 +9,10 @@ import sys
 import threading
 
 import faust
+from faust.types import AppT
 
+from app.kafka_access import EX_CONFIG, KafkaAccessError, check_access, worker_permissions
+from app.kafka_connection import KafkaConfigError
 from app.settings import settings
 
 log = logging.getLogger(__name__)
@@ -27,6 +30,7 @@ class PairstreamWorker(faust.Worker):
 
     async def on_first_start(self) -> None:
         gc.set_threshold(*settings().gc_thresholds)
+        await check_access_or_exit(self.app)
         await super().on_first_start()
 
     async def on_startup_finished(self) -> None:
@@ -42,6 +46,23 @@ class PairstreamWorker(faust.Worker):
             self._exit_timer.daemon = True
             self._exit_timer.start()
         await super().stop()
+
+
+async def check_access_or_exit(app: AppT) -> None:
+    """Before anything joins or writes: a worker that cannot connect, or lacks an ACL,
+    exits with EX_CONFIG and one line that says what to do, rather than retrying for
+    ever (a supervisor can be told not to restart on that code)."""
+    conf = settings()
+    changelogs = [table.changelog_topic.get_topic_name() for table in app.tables.values()]
+    try:
+        await check_access(
+            conf.kafka, worker_permissions(conf), changelogs, conf.topics_ready_timeout_seconds
+        )
+    except (KafkaAccessError, KafkaConfigError) as exc:
+        log.critical("cannot start: %s", exc)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(EX_CONFIG)
 
 
 def exit_now() -> None:

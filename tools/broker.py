@@ -2,6 +2,10 @@
 
     python -m tools.broker start [--nodes 3] [--name cluster] [--port 9292] [--dedicated-controller]
                                                resolve jars once, format, start, wait until healthy
+    python -m tools.broker start --secure      the same with SASL_SSL, SCRAM users and ACLs
+                                               (tools/broker_security.py), as .run/kafka-secure
+                                               on port 9094 unless --name and --port say else
+    python -m tools.broker env --name N --user U   the PAIRSTREAM_ settings that connect as U
     python -m tools.broker status              exit 0 when every node answers
     python -m tools.broker stop [--kill]       SIGTERM (or SIGKILL) every node
     python -m tools.broker clean               stop and delete all broker data
@@ -29,7 +33,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.kafka_connection import KafkaConnection
 from tools import maven
+from tools.broker_security import BrokerSecurity
 
 ROOT = Path(__file__).resolve().parent.parent
 POM = ROOT / "kafka" / "pom.xml"
@@ -37,6 +43,7 @@ LOG_CONFIG = ROOT / "kafka" / "log4j2.properties"
 JARS = ROOT / ".cache" / "kafka" / "libs"
 RUNS = ROOT / ".run"
 HEAP = os.environ.get("PAIRSTREAM_BROKER_HEAP", "512m")
+PORT, SECURE_PORT = 9092, 9094  # each node takes its port and the next one
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,7 @@ class Node:
     port: int
     name: str = "kafka"
     roles: str = "broker,controller"
+    secure: bool = False
 
     @property
     def controller_port(self) -> int:
@@ -76,16 +84,32 @@ class Node:
 
 
 def cluster(
-    nodes: int, port: int, name: str = "kafka", dedicated_controller: bool = False
+    nodes: int,
+    port: int,
+    name: str = "kafka",
+    dedicated_controller: bool = False,
+    secure: bool = False,
 ) -> list[Node]:
     if not dedicated_controller:
-        return [Node(i, port + 2 * (i - 1), name) for i in range(1, nodes + 1)]
-    brokers = [Node(i, port + 2 * (i - 1), name, "broker") for i in range(1, nodes + 1)]
-    return [*brokers, Node(nodes + 1, port + 2 * nodes, name, "controller")]
+        return [Node(i, port + 2 * (i - 1), name, secure=secure) for i in range(1, nodes + 1)]
+    brokers = [Node(i, port + 2 * (i - 1), name, "broker", secure) for i in range(1, nodes + 1)]
+    return [*brokers, Node(nodes + 1, port + 2 * nodes, name, "controller", secure)]
 
 
 def bootstrap_servers(nodes: list[Node]) -> str:
     return ",".join(f"127.0.0.1:{n.port}" for n in nodes if n.is_broker)
+
+
+def security(name: str) -> BrokerSecurity:
+    return BrokerSecurity(RUNS / name / "security")
+
+
+def admin_connection(nodes: list[Node]) -> KafkaConnection:
+    """How the tools connect to these nodes: as the super user, if they are secured."""
+    bootstrap = bootstrap_servers(nodes)
+    if nodes and nodes[0].secure:
+        return security(nodes[0].name).connection(bootstrap)
+    return KafkaConnection(bootstrap)
 
 
 def resolve_jars() -> None:
@@ -98,20 +122,22 @@ def properties(node: Node, nodes: list[Node]) -> str:
     )
     replicas = sum(n.is_broker for n in nodes)
     min_isr = min(2, replicas)
+    client = "SASL_SSL" if node.secure else "PLAINTEXT"
     listeners = [
-        *([f"PLAINTEXT://127.0.0.1:{node.port}"] if node.is_broker else []),
+        *([f"{client}://127.0.0.1:{node.port}"] if node.is_broker else []),
         *([f"CONTROLLER://127.0.0.1:{node.controller_port}"] if node.is_controller else []),
     ]
-    broker_lines = f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}\n" * node.is_broker
+    broker_lines = f"advertised.listeners={client}://127.0.0.1:{node.port}\n" * node.is_broker
+    security_lines = security(node.name).listener_properties() if node.secure else ""
     return f"""\
 process.roles={node.roles}
 node.id={node.node_id}
 controller.quorum.voters={voters}
 listeners={",".join(listeners)}
 {broker_lines}controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-log.dirs={node.home / "data"}
+inter.broker.listener.name={client}
+listener.security.protocol.map={client}:{client},CONTROLLER:PLAINTEXT
+{security_lines}log.dirs={node.home / "data"}
 num.partitions=1
 default.replication.factor={replicas}
 min.insync.replicas={min_isr}
@@ -167,6 +193,9 @@ def start(nodes: list[Node], timeout: float, cluster: list[Node] | None = None) 
     if not cluster_id_file.exists():
         cluster_id_file.write_text(_cluster_id())
     cluster_id = cluster_id_file.read_text().strip()
+    secured = security(nodes[0].name)
+    if nodes[0].secure:
+        secured.prepare()
     for node in nodes:
         if alive(node):
             continue
@@ -177,7 +206,7 @@ def start(nodes: list[Node], timeout: float, cluster: list[Node] | None = None) 
             subprocess.run(
                 # "--cluster-id=" form: a random id may start with "-".
                 java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
-                     "-c", str(config)),
+                     "-c", str(config), *(secured.format_arguments() if node.secure else [])),
                 check=True, stdout=subprocess.DEVNULL,
             )  # fmt: skip
         with node.log_file.open("ab") as log:
@@ -219,7 +248,7 @@ async def _cluster_answers(nodes: list[Node]) -> bool:
         return False
     from aiokafka.admin import AIOKafkaAdminClient
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers(nodes), request_timeout_ms=3000)
+    admin = AIOKafkaAdminClient(**admin_connection(nodes).aiokafka(), request_timeout_ms=3000)
     try:
         await admin.start()
         description = await admin.describe_cluster()
@@ -261,10 +290,11 @@ def all_nodes(name: str) -> list[Node]:
                 line.split("=", 1) for line in config.read_text().splitlines() if "=" in line
             )
             roles = lines["process.roles"]
-            # The first listener: PLAINTEXT on a broker, CONTROLLER (port + 1) otherwise.
+            # The first listener: the clients' on a broker, CONTROLLER (port + 1) otherwise.
             port = int(lines["listeners"].split(",")[0].rsplit(":", 1)[1])
             port -= "broker" not in roles
-            found.append(Node(int(home.name.split("-")[1]), port, name, roles))
+            secure = "SASL_SSL" in lines["listener.security.protocol.map"]
+            found.append(Node(int(home.name.split("-")[1]), port, name, roles, secure))
     return found
 
 
@@ -280,12 +310,12 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("command", choices=["start", "stop", "status", "clean", "resolve"])
+    parser.add_argument("command", choices=["start", "stop", "status", "clean", "resolve", "env"])
     parser.add_argument("--nodes", type=int, default=1)
-    parser.add_argument("--name", default="kafka", help="folder under .run/ for this cluster")
-    parser.add_argument(
-        "--port", type=int, default=int(os.environ.get("PAIRSTREAM_BROKER_PORT", 9092))
-    )
+    parser.add_argument("--name", help="folder under .run/ for this cluster")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--secure", action="store_true", help="SASL_SSL, SCRAM users, ACLs")
+    parser.add_argument("--user", default="worker", help="env: the user to connect as")
     parser.add_argument("--kill", action="store_true", help="stop with SIGKILL")
     parser.add_argument(
         "--dedicated-controller",
@@ -294,20 +324,27 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--timeout", type=float, default=90.0)
     args = parser.parse_args(argv)
-    nodes = cluster(args.nodes, args.port, args.name, args.dedicated_controller)
+    name = args.name or ("kafka-secure" if args.secure else "kafka")
+    default_port = SECURE_PORT if args.secure else PORT
+    port = args.port or int(os.environ.get("PAIRSTREAM_BROKER_PORT", default_port))
+    nodes = cluster(args.nodes, port, name, args.dedicated_controller, args.secure)
     if args.command == "resolve":
         resolve_jars()
     elif args.command == "start":
         start(nodes, args.timeout)
     elif args.command == "stop":
-        stop(all_nodes(args.name), args.kill)
+        stop(all_nodes(name), args.kill)
+    elif args.command == "env":
+        running = all_nodes(name)
+        for key, value in security(name).environment(bootstrap_servers(running), args.user).items():
+            print(f"export {key}={value}")
     elif args.command == "status":
-        running = all_nodes(args.name)
+        running = all_nodes(name)
         healthy = bool(running) and asyncio.run(_cluster_answers(running))
         print(f"{'healthy' if healthy else 'down'}: {bootstrap_servers(running) or 'no nodes'}")
         sys.exit(0 if healthy else 1)
     elif args.command == "clean":
-        clean(args.name)
+        clean(name)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The main job, end to end: a local broker, a worker, a generated stream.
 
     python -m tools.demo [--count 20000] [--rate 4000] [--seed 1] [--delivery] [--chain]
-                         [--enrichment]
+                         [--enrichment] [--secure]
 
 Each run uses fresh topics (prefixed with a run id) so runs never mix. With
 --delivery, the worker also delivers every pair, as an order, to the stand-in
@@ -9,7 +9,11 @@ order API (tools/order_api.py: with a status lookup, failing 5% of calls with 50
 dropping 1% of connections after applying the call), and the demo prints what the
 API received. With --chain, accounts and deposits go through the deposit chain and
 every balance is checked against the model; with --enrichment, the pairs are joined
-with a reference row for their day (docs/chain.md).
+with a reference row for their day (docs/chain.md). With --secure, the broker is the
+secured one (SASL_SSL, SCRAM-SHA-512, ACLs: tools/broker_security.py): the demo sets up
+topics and produces as `admin`, grants the worker's and the Spark jobs' ACLs
+(tools/kafka_acls.py), and runs the worker as `worker` and the Spark jobs as
+`analytics`, each with exactly those ACLs.
 """
 
 from __future__ import annotations
@@ -29,12 +33,14 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from analytics.jobs import run as run_jobs
+from app.kafka_access import analytics_permissions, worker_permissions
 from app.kafka_admin import ensure_topics, read_committed
 from app.settings import Settings
 from pairing.records import dumps
 from tools import broker
 from tools.deposits import ChainShape, account_records, deposit_records, expected
 from tools.generate import StreamShape, generate, produce
+from tools.kafka_acls import grant
 from tools.order_api import Behaviour, OrderApi
 from tools.read_outputs import OutputReader, Outputs
 
@@ -86,9 +92,14 @@ async def settle(conf: Settings, reader: OutputReader, quiet_s: float = 3.0) -> 
             return reader.outputs
 
 
-async def run(args: argparse.Namespace) -> None:
+async def run(args: argparse.Namespace, nodes: list[broker.Node]) -> dict[str, str]:
+    """The main job up to the Spark jobs; returns the settings the Spark jobs take."""
     run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     env = run_settings(run_id)
+    secured = broker.security(nodes[0].name)
+    bootstrap = broker.bootstrap_servers(nodes)
+    if args.secure:
+        env.update(secured.environment(bootstrap, "admin"))
     api = None
     if args.delivery:
         api = await OrderApi(Behaviour(lookup=True, fail_share=0.05, crash_share=0.01)).start()
@@ -97,9 +108,17 @@ async def run(args: argparse.Namespace) -> None:
     os.environ.update(env)
     conf = Settings()
     await ensure_topics(conf)
+    worker_env = analytics_env = {}
+    if args.secure:
+        await grant(conf.kafka, "User:worker", worker_permissions(conf))
+        await grant(conf.kafka, "User:analytics", analytics_permissions(conf))
+        worker_env = secured.environment(bootstrap, "worker")
+        analytics_env = secured.environment(bootstrap, "analytics")
+        print("secured: SASL_SSL, SCRAM-SHA-512; the worker as User:worker, Spark as"
+              " User:analytics, each with only its ACLs (tools/kafka_acls.py)")  # fmt: skip
     log_path = ROOT / ".run" / f"{run_id}-worker.log"
     print(f"run {run_id}: worker log {log_path}")
-    worker = start_worker(log_path)
+    worker = start_worker(log_path, worker_env)
     try:
         await wait_ready(log_path, worker)
         records = generate(StreamShape(count=args.count, seed=args.seed))
@@ -130,6 +149,7 @@ async def run(args: argparse.Namespace) -> None:
             raise SystemExit("enrichment: not every pair came out once")
     if args.chain:
         print(f"\nDeposit chain: {chain}")
+    return analytics_env
 
 
 FIRST_DAY = "2024-02-09"  # the generated stream's first day (tools/generate.py)
@@ -234,13 +254,14 @@ def report_delivery(api: OrderApi, pairs: int) -> None:
         raise SystemExit("delivery: the API did not receive every pair exactly once")
 
 
-def start_worker(log_path: Path) -> subprocess.Popen[bytes]:
-    """`faust -A app worker` with this process's environment, in its own session."""
+def start_worker(log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`faust -A app worker` with this process's environment and `env`, in its own
+    session."""
     with log_path.open("ab") as log:
         return subprocess.Popen(
             [FAUST, "-A", "app", "worker", "-l", "info"],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            start_new_session=True, env={**os.environ, **(env or {})},
         )  # fmt: skip
 
 
@@ -292,10 +313,18 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--chain", action="store_true", help="also run the deposit chain")
     parser.add_argument("--enrichment", action="store_true", help="also enrich the pairs")
+    parser.add_argument(
+        "--secure", action="store_true", help="on the secured broker (SASL_SSL, ACLs)"
+    )
     args = parser.parse_args(argv)
-    broker.start(broker.cluster(1, 9092), timeout=120)
-    asyncio.run(run(args))
+    if args.secure:
+        nodes = broker.cluster(1, broker.SECURE_PORT, "kafka-secure", secure=True)
+    else:
+        nodes = broker.cluster(1, broker.PORT)
+    broker.start(nodes, timeout=120)
+    analytics_env = asyncio.run(run(args, nodes))
     print("\nSpark: ingest into Delta, windowed analytics, reconciliation ...", flush=True)
+    os.environ.update(analytics_env)
     if not run_jobs("all", Settings(), None):  # Settings() now holds this run's topics
         raise SystemExit("reconciliation found discrepancies (see above)")
     print("\nthe broker keeps running; `make stop` stops it, `make clean` removes all data")

@@ -1,0 +1,72 @@
+"""Grant a principal the ACLs a worker or the Spark jobs need, and no more
+(app/kafka_access.py lists them; docs/deploy.md explains each):
+
+    python -m tools.kafka_acls worker User:pairstream     # the worker's, for this app id
+    python -m tools.kafka_acls analytics User:spark       # the Spark jobs'
+    python -m tools.kafka_acls worker User:pairstream --list   # print them, grant nothing
+
+It connects with the PAIRSTREAM_ settings, as a principal that may alter ACLs (a super
+user); the app id and topic names of the same settings name the resources.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+from aiokafka.client import AIOKafkaClient
+from aiokafka.errors import for_code
+from aiokafka.protocol.admin import CreateAclsRequest
+
+from app.kafka_access import Permission, analytics_permissions, worker_permissions
+from app.kafka_connection import KafkaConnection
+from app.settings import settings
+
+ALLOW = 3  # Kafka's AclPermissionType
+
+
+async def grant(kafka: KafkaConnection, principal: str, permissions: Iterable[Permission]) -> None:
+    client = AIOKafkaClient(**kafka.aiokafka())
+    await client.bootstrap()
+    try:
+        for permission in permissions:
+            request = CreateAclsRequest(
+                permission.resource,
+                permission.name,
+                permission.pattern,
+                principal,
+                "*",
+                permission.operation,
+                ALLOW,
+            )
+            response: Any = await client.send(client.get_random_node(), request)
+            [(error_code, message)] = response.creation_responses
+            if error_code:
+                raise for_code(error_code)(f"{permission} for {principal}: {message}")
+    finally:
+        await client.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.kafka_acls",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("role", choices=["worker", "analytics"])
+    parser.add_argument("principal", help="e.g. User:pairstream")
+    parser.add_argument("--list", action="store_true", help="print the ACLs, grant nothing")
+    args = parser.parse_args(argv)
+    conf = settings()
+    permissions = (worker_permissions if args.role == "worker" else analytics_permissions)(conf)
+    for permission in permissions:
+        print(f"{args.principal}: {permission}")
+    if not args.list:
+        asyncio.run(grant(conf.kafka, args.principal, permissions))
+        print(f"granted {len(permissions)} ACLs to {args.principal}")
+
+
+if __name__ == "__main__":
+    main()
