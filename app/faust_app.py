@@ -16,6 +16,7 @@ from app.flow_queue import RebalanceSafeQueue
 from app.kafka_admin import wait_until_ready
 from app.partition_tasks import PartitionTasks
 from app.settings import settings
+from app.web_auth import token_middleware
 from app.worker import PairstreamWorker
 
 if TYPE_CHECKING:
@@ -119,6 +120,10 @@ def create_app() -> PairstreamApp:
         web_port=conf.web_port,
         canonical_url=conf.web_canonical_url or f"http://{conf.web_host}:{conf.web_port}",
         web_in_thread=False,
+        # Every page behind the web token but the open ones, in one place (app/web_auth.py).
+        web_application_options={
+            "middlewares": [token_middleware(conf.web_token, conf.web_open_metrics)]
+        },
         # Raw table data and the cluster's topology only when debugging.
         debug=conf.debug,
         web_tables_enabled=conf.debug,

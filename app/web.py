@@ -1,5 +1,6 @@
 """The worker's HTTP endpoints, on faust's web server: /health, /stats, /stats/cluster,
-/pending/{timestamp}, /metrics and the dashboard at /.
+/pending/{timestamp}, /metrics and the dashboard at /. With a web token, all but
+/health need it (app/web_auth.py); a worker asking another sends it.
 
 Every error is JSON {"error": message, ...} with its status code.
 """
@@ -19,12 +20,14 @@ from yarl import URL
 from app.faust_app import app
 from app.metrics import setup_metrics
 from app.settings import settings
+from app.web_auth import bearer
 from app.worker_status import worker_status
 from pairing.events import Rejection, parse_timestamp
 from pairing.routing import partition_for
 from tables.pairing_state import stored_state, table
 
 conf = settings()
+PEER_HEADERS = bearer(conf.web_token)  # other workers ask for the same token
 DASHBOARD = (Path(__file__).parent / "dashboard.html").read_text()
 FORWARDED = "X-Pairstream-Forwarded"  # a forwarded request is never forwarded again
 PEER_TIMEOUT = aiohttp.ClientTimeout(total=5)
@@ -162,7 +165,9 @@ async def _worker_status_at(url: str) -> tuple[dict[str, Any] | None, str | None
     if _is_me(url):
         return worker_status(), None
     try:
-        async with app.http_client.get(URL(url) / "stats", timeout=PEER_TIMEOUT) as response:
+        async with app.http_client.get(
+            URL(url) / "stats", headers=PEER_HEADERS, timeout=PEER_TIMEOUT
+        ) as response:
             response.raise_for_status()
             return await response.json(), None
     except (aiohttp.ClientError, TimeoutError) as exc:
@@ -172,7 +177,7 @@ async def _worker_status_at(url: str) -> tuple[dict[str, Any] | None, str | None
 async def _forward(view: View, url: URL) -> Response:
     try:
         async with app.http_client.get(
-            url, headers={FORWARDED: "1"}, timeout=PEER_TIMEOUT
+            url, headers={FORWARDED: "1", **PEER_HEADERS}, timeout=PEER_TIMEOUT
         ) as response:
             body = await response.read()
             return view.bytes(body, content_type=response.content_type, status=response.status)

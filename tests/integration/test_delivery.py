@@ -196,11 +196,14 @@ async def rebalance(
     assert second.forced_stops == 0, second.log()[-3000:]
 
 
-async def delivery_stats(worker: Worker) -> dict[str, Any]:
+async def delivery_stats(worker: Worker, headers: dict[str, str] | None = None) -> dict[str, Any]:
     """The worker's /stats delivery section (no counts while it does not answer)."""
     url = f"http://127.0.0.1:{worker.web_port}/stats"
     try:
-        async with aiohttp.ClientSession() as session, session.get(url) as response:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(url, headers=headers) as response,
+        ):
             delivery: dict[str, Any] = (await response.json())["delivery"]
             return delivery
     except (aiohttp.ClientError, KeyError):
@@ -312,7 +315,15 @@ async def test_orders_through_a_rebalance(
     await deliver(broker, tmp_path, api, mode, rebalance, 2, seed=10 + len(mode), rate=rate)
 
 
-SECRET = "Bearer s3cret-token-0451"
+# Every secret setting, each recognisable by "s3cret": none may reach the worker's log,
+# /stats, /metrics or a 401 page. The Kafka password is unused by a plaintext broker.
+SECRETS = {
+    "PAIRSTREAM_DELIVERY_AUTHORIZATION": "Bearer s3cret-delivery-0451",
+    "PAIRSTREAM_KAFKA_PASSWORD": "s3cret-kafka-0452",
+    "PAIRSTREAM_WEB_TOKEN": "s3cret-web-0453",
+}
+WEB_TOKEN = {"Authorization": f"Bearer {SECRETS['PAIRSTREAM_WEB_TOKEN']}"}
+NEAR_MISS = {"Authorization": "Bearer s3cret-web-045"}  # a 401 must not echo it either
 
 
 async def test_a_failing_slow_api_holds_up_nothing_else_and_the_counters_add_up(
@@ -334,7 +345,7 @@ async def test_a_failing_slow_api_holds_up_nothing_else_and_the_counters_add_up(
         tmp_path,
         api,
         PAIRSTREAM_DELIVERY_DEADLINE_SECONDS="40",
-        PAIRSTREAM_DELIVERY_AUTHORIZATION=SECRET,
+        **SECRETS,
     )
     pipeline.env_vars["PAIRSTREAM_DELIVERY_TOPIC"] = f"{pipeline.conf.app_id}-orders"
     fields = {k.removeprefix("PAIRSTREAM_").lower(): v for k, v in pipeline.env_vars.items()}
@@ -360,13 +371,17 @@ async def test_a_failing_slow_api_holds_up_nothing_else_and_the_counters_add_up(
         assert all(waiting[i]["s"] in ("queued", "calling") for i in stuck_ids)
         accepted = distinct(stuck + orders)
         store = await until_final(pipeline, len(accepted), [worker], 300)
-        stats = await delivery_stats(worker)
+        stats = await delivery_stats(worker, WEB_TOKEN)
         async with aiohttp.ClientSession() as session:
             url = f"http://127.0.0.1:{worker.web_port}"
-            async with session.get(f"{url}/metrics") as response:
+            async with session.get(f"{url}/metrics", headers=WEB_TOKEN) as response:
                 metrics = await response.text()
-            async with session.get(f"{url}/stats") as response:
+            async with session.get(f"{url}/stats", headers=WEB_TOKEN) as response:
+                assert response.status == 200
                 stats_text = await response.text()
+            async with session.get(f"{url}/stats", headers=NEAR_MISS) as response:
+                assert response.status == 401
+                refused = await response.text()
     finally:
         await stop_workers([worker])
     rejected = {o for o in accepted if json.loads(o).get("reject")}
@@ -408,7 +423,7 @@ async def test_a_failing_slow_api_holds_up_nothing_else_and_the_counters_add_up(
     ]
     assert delivered == [recorded_counts["delivered"]]
     assert families["pairstream_delivery_call_seconds"].samples
-    # The secret reached the API, and nothing else.
-    assert api.authorizations == Counter({SECRET: posted})
-    for text in (worker.log(), stats_text, metrics):
+    # The delivery secret reached the API, and no secret anything else.
+    assert api.authorizations == Counter({SECRETS["PAIRSTREAM_DELIVERY_AUTHORIZATION"]: posted})
+    for text in (worker.log(), stats_text, metrics, refused):
         assert "s3cret" not in text
