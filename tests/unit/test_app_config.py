@@ -8,6 +8,7 @@ import threading
 import faust
 import pytest
 
+from app import worker as worker_module
 from app.faust_app import app, create_app
 from app.settings import settings
 from app.worker import PairstreamWorker
@@ -89,12 +90,17 @@ async def test_a_worker_sets_the_collector_s_thresholds_and_freezes_its_start(
     async def nothing(self: object) -> None:
         pass
 
+    async def allowed(app: object) -> None:
+        pass
+
     monkeypatch.setattr(faust.Worker, "on_first_start", nothing)
     monkeypatch.setattr(faust.Worker, "on_startup_finished", nothing)
+    monkeypatch.setattr(worker_module, "check_access_or_exit", allowed)
     monkeypatch.setenv("PAIRSTREAM_GC_THRESHOLDS", "[5000, 7, 9]")
     before = gc.get_threshold()
     settings.cache_clear()
     worker = PairstreamWorker.__new__(PairstreamWorker)
+    worker.app = app
     try:
         await worker.on_first_start()
         assert gc.get_threshold() == (5000, 7, 9)
