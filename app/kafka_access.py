@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.conn import create_conn
 from aiokafka.errors import (
@@ -210,14 +211,18 @@ def _tls_advice(host: str, port: int, exc: ssl.SSLError) -> str:
 async def check_permissions(
     kafka: KafkaConnection, permissions: Iterable[Permission], internal_topics: Iterable[str]
 ) -> None:
-    """Raise KafkaAccessError naming every permission the broker does not grant. Topics
-    that do not exist yet are left to their creation, which needs CREATE."""
+    """Raise KafkaAccessError naming every permission the broker does not grant. On a
+    topic that does not exist yet only CREATE can be checked (a creation the broker
+    validates but does not carry out); the rest shows when it is used."""
     needed = list(permissions)
-    topics = {p.name for p in needed if p.resource is ResourceType.TOPIC and not p.prefixed}
+    literal = {p.name for p in needed if p.resource is ResourceType.TOPIC and not p.prefixed}
+    topics = sorted(literal | set(internal_topics))
+    admin = AIOKafkaAdminClient(**kafka.aiokafka(), request_timeout_ms=10_000)
     client = AIOKafkaClient(**kafka.aiokafka(), request_timeout_ms=10_000)
+    await admin.start()
     await client.bootstrap()
     try:
-        allowed = await _topic_operations(client, sorted(topics | set(internal_topics)))
+        allowed = await _topic_operations(client, topics)
         missing = [
             f"{permission.operation.name} on topic {topic!r}"
             for permission in needed
@@ -225,11 +230,20 @@ async def check_permissions(
             for topic, operations in allowed.items()
             if permission.covers(topic) and permission.operation not in operations
         ]
+        creates = [p for p in needed if p.operation is Operation.CREATE]
+        missing += [
+            f"CREATE on topic {topic!r}"
+            for topic in topics
+            if topic not in allowed
+            and any(p.covers(topic) for p in creates)
+            and not await _creatable(admin, topic)
+        ]
         for permission in needed:
             if permission.resource is ResourceType.GROUP and not permission.prefixed:
                 missing += await _group_missing(client, permission)
     finally:
         await client.close()
+        await admin.close()
     for permission in needed:
         if permission.resource is ResourceType.TRANSACTIONAL_ID:
             missing += await _transactional_id_missing(kafka, permission)
@@ -238,6 +252,13 @@ async def check_permissions(
             f"user {kafka.username!r} lacks {', '.join(missing)}: grant what docs/deploy.md"
             " lists (python -m tools.kafka_acls)"
         )
+
+
+async def _creatable(admin: AIOKafkaAdminClient, topic: str) -> bool:
+    """Whether the broker would let the caller create `topic` (which does not exist)."""
+    response: Any = await admin.create_topics([NewTopic(topic, 1, 1)], validate_only=True)
+    [(_, error_code, *_)] = response.topic_errors
+    return bool(error_code != TOPIC_AUTHORIZATION_FAILED)
 
 
 async def _group_missing(client: AIOKafkaClient, permission: Permission) -> list[str]:
@@ -344,7 +365,7 @@ UNKNOWN_TOPIC = 3
 
 async def _topic_operations(
     client: AIOKafkaClient, topics: list[str]
-) -> Mapping[str, frozenset[Operation]]:
+) -> dict[str, frozenset[Operation]]:
     """Per existing topic the operations the caller may do on it (none: not even
     DESCRIBE). Topics that do not exist are left out."""
     response: Any = await client.send(client.get_random_node(), _AuthorizedOperations(topics))

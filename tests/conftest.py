@@ -33,3 +33,22 @@ def broker() -> Iterator[str]:
     yield local_broker.bootstrap_servers(nodes)
     if started:
         local_broker.stop(nodes, hard=False)
+
+
+SECURE_PORT = int(os.environ.get("PAIRSTREAM_TEST_SECURE_PORT", local_broker.SECURE_PORT))
+
+
+@pytest.fixture(scope="session")
+def secure_broker() -> Iterator[list[local_broker.Node]]:
+    """The secured broker (SASL_SSL, SCRAM users, ACLs): the running one, or one
+    started for this session."""
+    name = "kafka-secure" if SECURE_PORT == local_broker.SECURE_PORT else f"kafka-{SECURE_PORT}"
+    nodes = local_broker.cluster(1, SECURE_PORT, name, secure=True)
+    started = False
+    if not any(local_broker.alive(node) for node in nodes):
+        local_broker.clean(name)
+        local_broker.start(nodes, timeout=120)
+        started = True
+    yield nodes
+    if started:
+        local_broker.stop(nodes, hard=False)

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import random
+import sys
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -23,6 +24,7 @@ from typing import Any
 
 from aiokafka.errors import KafkaTimeoutError
 
+from app.kafka_access import EX_CONFIG, KafkaAccessError, check_connection
 from app.kafka_connection import KafkaConnection
 
 BASE_TIME = datetime(2024, 2, 9, 21, 0, 0, tzinfo=UTC)
@@ -128,6 +130,7 @@ async def produce(
 ) -> None:
     from aiokafka import AIOKafkaProducer
 
+    await check_connection(kafka, timeout=30)  # a clear reason, not "Unable to bootstrap"
     producer = AIOKafkaProducer(
         **kafka.aiokafka(), enable_idempotence=True, linger_ms=5, max_request_size=2**21
     )
@@ -190,7 +193,11 @@ def main(argv: list[str] | None = None) -> None:
                 text = None if raw is None else raw.decode("latin-1")
                 out.write(json.dumps(text) + "\n")
     conf = settings()
-    asyncio.run(produce(records, conf.kafka, conf.events_topic, args.rate, True))
+    try:
+        asyncio.run(produce(records, conf.kafka, conf.events_topic, args.rate, True))
+    except KafkaAccessError as exc:
+        print(f"cannot run: {exc}", file=sys.stderr)
+        sys.exit(EX_CONFIG)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
     python -m tools.kafka_acls worker User:pairstream     # the worker's, for this app id
     python -m tools.kafka_acls analytics User:spark       # the Spark jobs'
     python -m tools.kafka_acls worker User:pairstream --list   # print them, grant nothing
+    python -m tools.kafka_acls worker User:pairstream --revoke # remove them
 
 It connects with the PAIRSTREAM_ settings, as a principal that may alter ACLs (a super
 user); the app id and topic names of the same settings name the resources.
@@ -18,7 +19,7 @@ from typing import Any
 
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import for_code
-from aiokafka.protocol.admin import CreateAclsRequest
+from aiokafka.protocol.admin import CreateAclsRequest, DeleteAclsRequest
 
 from app.kafka_access import Permission, analytics_permissions, worker_permissions
 from app.kafka_connection import KafkaConnection
@@ -28,23 +29,32 @@ ALLOW = 3  # Kafka's AclPermissionType
 
 
 async def grant(kafka: KafkaConnection, principal: str, permissions: Iterable[Permission]) -> None:
+    """Allow `principal` each of `permissions`."""
+    await _change(kafka, principal, permissions, CreateAclsRequest)
+
+
+async def revoke(kafka: KafkaConnection, principal: str, permissions: Iterable[Permission]) -> None:
+    """Remove the ACLs `grant` made."""
+    await _change(kafka, principal, permissions, DeleteAclsRequest)
+
+
+async def _change(
+    kafka: KafkaConnection, principal: str, permissions: Iterable[Permission], kind: Any
+) -> None:
     client = AIOKafkaClient(**kafka.aiokafka())
     await client.bootstrap()
     try:
-        for permission in permissions:
-            request = CreateAclsRequest(
-                permission.resource,
-                permission.name,
-                permission.pattern,
-                principal,
-                "*",
-                permission.operation,
-                ALLOW,
-            )
+        for p in permissions:
+            request = kind(p.resource, p.name, p.pattern, principal, "*", p.operation, ALLOW)
             response: Any = await client.send(client.get_random_node(), request)
-            [(error_code, message)] = response.creation_responses
-            if error_code:
-                raise for_code(error_code)(f"{permission} for {principal}: {message}")
+            answers = (
+                response.creation_responses
+                if kind is CreateAclsRequest
+                else response.filter_responses
+            )
+            for error_code, message, *_ in answers:
+                if error_code:
+                    raise for_code(error_code)(f"{p} for {principal}: {message}")
     finally:
         await client.close()
 
@@ -58,12 +68,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("role", choices=["worker", "analytics"])
     parser.add_argument("principal", help="e.g. User:pairstream")
     parser.add_argument("--list", action="store_true", help="print the ACLs, grant nothing")
+    parser.add_argument("--revoke", action="store_true", help="remove the ACLs instead")
     args = parser.parse_args(argv)
     conf = settings()
     permissions = (worker_permissions if args.role == "worker" else analytics_permissions)(conf)
     for permission in permissions:
         print(f"{args.principal}: {permission}")
-    if not args.list:
+    if args.revoke:
+        asyncio.run(revoke(conf.kafka, args.principal, permissions))
+        print(f"revoked {len(permissions)} ACLs of {args.principal}")
+    elif not args.list:
         asyncio.run(grant(conf.kafka, args.principal, permissions))
         print(f"granted {len(permissions)} ACLs to {args.principal}")
 

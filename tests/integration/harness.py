@@ -18,10 +18,13 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from faust.types import TP
 
+from app.kafka_access import worker_permissions
 from app.kafka_admin import admin_client, end_offsets, ensure_topics, read_committed
 from app.settings import Settings
 from tests.reference_model import Expected, expected_outputs
+from tools import broker as local_broker
 from tools.generate import Record, produce
+from tools.kafka_acls import grant
 from tools.ports import free_port
 from tools.read_outputs import OutputReader, Outputs
 
@@ -33,9 +36,18 @@ NEVER = "1000000"  # seconds: keeps wall-clock expiry and ticks out of exact com
 class Pipeline:
     """One isolated pipeline: its own app id, topics and data dirs."""
 
-    def __init__(self, bootstrap: str, tmp: Path, **overrides: str) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        tmp: Path,
+        worker_env: dict[str, str] | None = None,
+        **overrides: str,
+    ) -> None:
+        """`overrides`: settings of the pipeline, for its workers and this process;
+        `worker_env`: for its workers only (their Kafka user, say)."""
         name = f"it-{uuid.uuid4().hex[:10]}"
         self.tmp = tmp
+        self.worker_env = worker_env or {}
         self.env_vars = {
             "PAIRSTREAM_APP_ID": name,
             "PAIRSTREAM_BROKER": f"kafka://{bootstrap}",
@@ -91,6 +103,20 @@ class Pipeline:
     def planned(self, records: list[Record]) -> Expected:
         """Roughly what `records` will give, before they are produced (to plan faults by)."""
         return self.model([[value for _, value in records]])
+
+
+async def secured_pipeline(nodes: list[local_broker.Node], tmp: Path, **overrides: str) -> Pipeline:
+    """A pipeline on the secured broker, set up by the super user; its workers connect
+    as User:worker, with exactly the ACLs a worker needs (app/kafka_access.py)."""
+    security = local_broker.security(nodes[0].name)
+    bootstrap = local_broker.bootstrap_servers(nodes)
+    admin = security.environment(bootstrap, "admin")
+    pipeline = Pipeline(
+        bootstrap, tmp, worker_env=security.environment(bootstrap, "worker"), **admin, **overrides
+    )
+    await pipeline.create_topics()
+    await grant(pipeline.conf.kafka, "User:worker", worker_permissions(pipeline.conf))
+    return pipeline
 
 
 async def read_partitions(conf: Settings, topic: str) -> list[list[Record]]:
@@ -149,6 +175,7 @@ class Worker:
         env = {
             **os.environ,
             **self.pipeline.env_vars,
+            **self.pipeline.worker_env,
             "PAIRSTREAM_DATA_DIR": str(self.data_dir),
             "PAIRSTREAM_WEB_PORT": str(self.web_port),
         }

@@ -26,7 +26,7 @@ from tests.integration.faults import (
     scale_out,
     start_broker,
 )
-from tests.integration.harness import ROOT, Pipeline
+from tests.integration.harness import ROOT, Pipeline, secured_pipeline
 from tests.integration.scenarios import Fault, Report, run_scenario
 from tools import broker as local_broker
 from tools.generate import StreamShape, generate
@@ -68,6 +68,18 @@ async def test_worker_hard_kill(broker: str, tmp_path: Path) -> None:
     pipeline = await Pipeline(broker, tmp_path).create_topics()
     await check(
         "worker hard kill", pipeline, [kill_worker(0.2), kill_worker(0.45), kill_worker(0.7)]
+    )
+
+
+async def test_worker_hard_kill_secured(
+    secure_broker: list[local_broker.Node], tmp_path: Path
+) -> None:
+    """The same, on SASL_SSL with SCRAM-SHA-512, the worker holding only its ACLs."""
+    pipeline = await secured_pipeline(secure_broker, tmp_path)
+    await check(
+        "worker hard kill, secured",
+        pipeline,
+        [kill_worker(0.2), kill_worker(0.45), kill_worker(0.7)],
     )
 
 
