@@ -4,10 +4,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-delivery demo-chain delivery chain bench test test-fast fault-test fault-matrix fault-matrix-long event-time setup browser broker stop clean generate lint
+.PHONY: demo demo-secure demo-delivery demo-chain delivery chain bench test test-fast fault-test fault-matrix fault-matrix-long event-time setup browser broker stop clean generate lint
 
 demo: setup            ## run the main job: broker, worker, generated stream, summary
 	$(PY) -m tools.demo
+
+demo-secure: setup     ## the main job on a secured broker: SASL_SSL, SCRAM-SHA-512, least-privilege ACLs
+	$(PY) -m tools.demo --secure
 
 demo-delivery: setup   ## the main job, with every pair also delivered to a stand-in order API
 	$(PY) -m tools.demo --delivery

@@ -110,6 +110,8 @@ async def test_each_missing_acl_stops_the_worker_with_its_name(
     await first.wait_ready()
     first.stop()
     await nothing_written(pipeline)
+    password = local_broker.security(secure_broker[0].name).password("worker")
+    assert "Authenticated as worker" in first.log() and password not in first.log()
     admin = pipeline.conf.kafka
     permissions = worker_permissions(pipeline.conf)
     assert len(permissions) == 16  # what docs/deploy.md lists
