@@ -68,10 +68,11 @@ browser:               ## headless Chromium for the dashboard test (Debian's pac
 	  && apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; } \
 	  || { echo "install Debian's chromium package: apt-get install chromium" >&2; exit 1; }
 
-podman:                ## podman, runc and debootstrap (Debian's packages) for the container test, which skips without them
+podman:                ## podman, runc, debootstrap, catatonit (Debian's) for the container test, which skips without them
 	@command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null \
+	  && command -v catatonit >/dev/null \
 	  || { [ "$$(id -u)" = 0 ] && apt-get update -qq \
-	  && apt-get install -y -qq --no-install-recommends podman runc debootstrap; } \
+	  && apt-get install -y -qq --no-install-recommends podman runc debootstrap catatonit; } \
 	  || echo "could not install podman, runc and debootstrap: the container test will skip" >&2
 
 TARGET ?= worker
