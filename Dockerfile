@@ -1,29 +1,57 @@
-# One image for workers and Spark jobs: Python 3.11 + JDK 17.
-# Not built in this repo's CI (no Docker engine there); kept in step with the Makefile.
-FROM python:3.11-slim-bookworm
+# The worker image (default target) and the Spark jobs' image (--target spark).
+# BASE_IMAGE: any Debian bookworm with python3.11 and its venv module; the tests build on a
+# debootstrapped stand-in (python -m tools.container base), as no registry is reachable there.
+ARG BASE_IMAGE=python:3.11-slim-bookworm
 
-RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless build-essential maven \
- && rm -rf /var/lib/apt/lists/*
-
-WORKDIR /opt/pairstream
-COPY pyproject.toml README.md ./
-COPY pairing ./pairing
-COPY app ./app
-COPY agents ./agents
-COPY tables ./tables
-COPY analytics ./analytics
-COPY tools ./tools
-# Editable, so ROOT (app/settings.py) is this folder: Spark's jars go to .cache/ here.
-RUN pip install --no-cache-dir -e . \
- && python -m analytics jars
-
+FROM ${BASE_IMAGE} AS runtime
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+# The data dir is the volume; the installed package's own folder (app/settings.py's ROOT)
+# belongs to root and is never written at run time.
+RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/pairstream pairstream \
+ && install -d -o pairstream -g pairstream /var/lib/pairstream \
+ && python3.11 -m venv /opt/venv
+# Dependencies from pyproject.toml alone, so an edit of the source reuses this layer.
+COPY pyproject.toml /tmp/pyproject.toml
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('/tmp/pyproject.toml', 'rb'))['project']['dependencies']))" \
+      > /tmp/requirements.txt \
+ && pip install -r /tmp/requirements.txt \
+ && rm /tmp/pyproject.toml /tmp/requirements.txt
+COPY pyproject.toml README.md /tmp/src/
+COPY pairing /tmp/src/pairing
+COPY app /tmp/src/app
+COPY agents /tmp/src/agents
+COPY tables /tmp/src/tables
+COPY analytics /tmp/src/analytics
+COPY tools /tmp/src/tools
+COPY bench /tmp/src/bench
+RUN pip install --no-deps /tmp/src && rm -rf /tmp/src
 ENV PAIRSTREAM_DATA_DIR=/var/lib/pairstream \
+    PAIRSTREAM_LAKE_DIR=/var/lib/pairstream/lake \
     PAIRSTREAM_WEB_HOST=0.0.0.0
 VOLUME /var/lib/pairstream
-EXPOSE 6066
+WORKDIR /var/lib/pairstream
+USER pairstream
 
-# Point PAIRSTREAM_BROKER at your cluster: -e PAIRSTREAM_BROKER=kafka://broker:9092
-# and tell other workers where this one is: -e PAIRSTREAM_WEB_CANONICAL_URL=http://<pod ip>:6066
-# Spark jobs from the same image: docker run IMAGE python -m analytics all [--master spark://…]
+# python -m analytics all|ingest|windows|reconcile [--master spark://...]: a JRE and the
+# Delta and Kafka jars, which Maven fetches here once and is then removed.
+FROM runtime AS spark
+USER root
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless maven \
+ && python -m analytics jars \
+ && apt-get purge -y --auto-remove maven \
+ && rm -rf /var/lib/apt/lists/* /root/.m2
+USER pairstream
+CMD ["python", "-m", "analytics", "all"]
+
+# The worker: no JDK, no jars. Point PAIRSTREAM_BROKER at the cluster and set
+# PAIRSTREAM_WEB_CANONICAL_URL=http://<pod ip>:6066 so the other workers reach this one.
+FROM runtime AS worker
+EXPOSE 6066
+# /health answers without data, also when PAIRSTREAM_WEB_TOKEN is set.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 \
+  CMD python -c "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health' % os.environ.get('PAIRSTREAM_WEB_PORT', '6066'), timeout=4)"
 CMD ["faust", "-A", "app", "worker", "-l", "info"]

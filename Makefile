@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-secure demo-delivery demo-chain delivery chain bench test test-fast fault-test fault-matrix fault-matrix-long event-time setup browser broker stop clean generate lint
+.PHONY: demo demo-secure demo-delivery demo-chain delivery chain bench test test-fast fault-test fault-matrix fault-matrix-long event-time setup browser podman image broker stop clean generate lint
 
 demo: setup            ## run the main job: broker, worker, generated stream, summary
 	$(PY) -m tools.demo
@@ -29,7 +29,7 @@ delivery: setup       ## once-only delivery: 10,000 orders, every mode, 5 kills 
 bench: setup          ## the benchmark suite (about 30 minutes), with a py-spy profile; writes docs/BENCHMARKS.md
 	$(PY) -m bench --profile .run/bench-profile.txt
 
-test: setup browser    ## run every test (starts a broker if none is running); a test still running after 15 minutes fails
+test: setup browser podman  ## run every test (starts a broker if none is running); a test still running after 15 minutes fails
 	$(PY) -m pytest --timeout 900
 
 test-fast: setup       ## unit tests only: no broker
@@ -70,6 +70,17 @@ browser:               ## headless Chromium for the dashboard test (Debian's pac
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] \
 	  && apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; } \
 	  || { echo "install Debian's chromium package: apt-get install chromium" >&2; exit 1; }
+
+podman:                ## podman, runc, debootstrap, catatonit (Debian's) for the container test, which skips without them
+	@command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null \
+	  && command -v catatonit >/dev/null \
+	  || { [ "$$(id -u)" = 0 ] && apt-get update -qq \
+	  && apt-get install -y -qq --no-install-recommends podman runc debootstrap catatonit; } \
+	  || echo "could not install podman, runc and debootstrap: the container test will skip" >&2
+
+TARGET ?= worker
+image: setup podman    ## build the worker image (TARGET=spark: the Spark jobs') on a local Debian base, made once
+	$(PY) -m tools.container build --target $(TARGET)
 
 broker: setup          ## start the local broker on 127.0.0.1:9092
 	$(PY) -m tools.broker start

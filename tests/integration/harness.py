@@ -12,7 +12,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -172,25 +172,35 @@ class Worker:
 
     def start(self) -> Worker:
         self.wanted = True
-        env = {
-            **os.environ,
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with self.log_path.open("ab") as log:
+            self.process = self._launch(log)
+        return self
+
+    def environment(self) -> dict[str, str]:
+        """The worker's settings: the pipeline's, and its own data dir and port."""
+        return {
             **self.pipeline.env_vars,
             **self.pipeline.worker_env,
             "PAIRSTREAM_DATA_DIR": str(self.data_dir),
             "PAIRSTREAM_WEB_PORT": str(self.web_port),
         }
-        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [FAUST, "-A", "app", "worker", "-l", "info"],
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        return self
+
+    def _launch(self, log: IO[bytes]) -> subprocess.Popen[bytes]:
+        """The process the worker's output comes from, and whose exit is the worker's."""
+        return subprocess.Popen(
+            [FAUST, "-A", "app", "worker", "-l", "info"],
+            cwd=ROOT,
+            env={**os.environ, **self.environment()},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def _send(self, sig: int) -> None:
+        assert self.process is not None
+        os.killpg(self.process.pid, sig)
 
     def log(self) -> str:
         with self.log_path.open("rb") as log:
@@ -227,7 +237,7 @@ class Worker:
         assert self.process is not None
         if self.process.poll() is not None:
             return False
-        os.killpg(self.process.pid, signal.SIGTERM)
+        self._send(signal.SIGTERM)
         return True
 
     def _force_stop(self) -> None:
@@ -252,7 +262,7 @@ class Worker:
     def _signal(self, sig: int) -> None:
         assert self.process is not None
         if self.process.poll() is None:
-            os.killpg(self.process.pid, sig)
+            self._send(sig)
         self.process.wait(timeout=120)
 
 
