@@ -14,10 +14,11 @@ from app import internals
 from app.consumer import ExactlyOnceTransport
 from app.flow_queue import RebalanceSafeQueue
 from app.kafka_admin import wait_until_ready
+from app.kafka_connection import KafkaConfigError
 from app.partition_tasks import PartitionTasks
 from app.settings import settings
 from app.web_auth import token_middleware
-from app.worker import PairstreamWorker
+from app.worker import PairstreamWorker, exit_for_config
 
 if TYPE_CHECKING:
     from app.delivery import Dispatcher
@@ -86,12 +87,16 @@ async def changelogs_ready(tables: TableManager) -> None:
 
 def create_app() -> PairstreamApp:
     conf = settings()
+    try:
+        credentials = conf.kafka.faust_credentials()
+    except KafkaConfigError as exc:
+        exit_for_config(exc)
     if conf.bench_without_transactions:
         log.warning("PAIRSTREAM_BENCH_WITHOUT_TRANSACTIONS: at-least-once, outputs can repeat")
     return PairstreamApp(
         conf.app_id,
         broker=conf.broker,
-        broker_credentials=conf.kafka.faust_credentials(),
+        broker_credentials=credentials,
         processing_guarantee=(
             "at_least_once" if conf.bench_without_transactions else "exactly_once"
         ),

@@ -30,6 +30,7 @@ from aiokafka.errors import (
     TransactionalIdAuthorizationFailed,
 )
 from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.protocol.types import Array, Boolean, Int16, Int32, Schema, String
 
 from app.kafka_connection import KafkaConnection
@@ -151,11 +152,13 @@ async def check_connection(kafka: KafkaConnection, timeout: float) -> None:
         for host, port in _hosts(kafka.bootstrap_servers):
             try:
                 connection = await create_conn(host, port, **_connection_options(kafka))
-            except (TimeoutError, OSError) as exc:
-                if isinstance(exc, ssl.SSLError):
-                    raise KafkaAccessError(_tls_advice(host, port, exc)) from None
-                unreachable.append(f"{host}:{port} ({exc})")
-                continue
+                try:
+                    # A broker answers ApiVersions before SASL: ask what it answers after.
+                    await connection.send(MetadataRequest([]))
+                finally:
+                    connection.close()
+            except ssl.SSLError as exc:
+                raise KafkaAccessError(_tls_advice(host, port, exc)) from None
             except SaslAuthenticationFailed as exc:
                 raise KafkaAccessError(
                     f"the broker at {host}:{port} refused user {kafka.username!r}"
@@ -163,7 +166,10 @@ async def check_connection(kafka: KafkaConnection, timeout: float) -> None:
                     " PAIRSTREAM_KAFKA_USERNAME, the password (PAIRSTREAM_KAFKA_PASSWORD or"
                     " PAIRSTREAM_KAFKA_PASSWORD_FILE) and PAIRSTREAM_KAFKA_SASL_MECHANISM"
                 ) from None
-            connection.close()
+            except (TimeoutError, OSError, KafkaError) as exc:
+                # Down, starting, or speaking another protocol (plaintext to a TLS port).
+                unreachable.append(f"{host}:{port} ({exc!r})")
+                continue
             return
         if time.monotonic() > deadline:
             raise KafkaAccessError(

@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import threading
+from typing import NoReturn
 
 import faust
 from faust.types import AppT
@@ -59,10 +60,15 @@ async def check_access_or_exit(app: AppT) -> None:
             conf.kafka, worker_permissions(conf), changelogs, conf.topics_ready_timeout_seconds
         )
     except (KafkaAccessError, KafkaConfigError) as exc:
-        log.critical("cannot start: %s", exc)
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        os._exit(EX_CONFIG)
+        exit_for_config(exc)
+
+
+def exit_for_config(exc: Exception) -> NoReturn:
+    """One line that says what is wrong, and EX_CONFIG: nothing was started yet."""
+    log.critical("cannot start: %s", exc)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(EX_CONFIG)
 
 
 def exit_now() -> None:

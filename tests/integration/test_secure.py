@@ -59,7 +59,16 @@ def settings_file(tmp: Path, name: str, text: str) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("fault", ["wrong password", "untrusted CA", "hostname mismatch"])
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "wrong password",
+        "untrusted CA",
+        "hostname mismatch",
+        "TLS without SASL to a SASL_SSL port",
+        "SASL without a username",
+    ],
+)
 async def test_a_worker_that_cannot_connect_says_why_and_exits(
     secure_broker: list[local_broker.Node], tmp_path: Path, fault: str
 ) -> None:
@@ -77,6 +86,17 @@ async def test_a_worker_that_cannot_connect_says_why_and_exits(
         "hostname mismatch": (
             {"PAIRSTREAM_BROKER": f"kafka://localhost:{port}"},
             f"the broker's certificate at localhost:{port} is not for 'localhost'",
+        ),
+        "TLS without SASL to a SASL_SSL port": (
+            {
+                "PAIRSTREAM_KAFKA_SECURITY_PROTOCOL": "SSL",
+                "PAIRSTREAM_TOPICS_READY_TIMEOUT_SECONDS": "3",
+            },
+            f"no broker answered within 3s: 127.0.0.1:{port}",
+        ),
+        "SASL without a username": (
+            {"PAIRSTREAM_KAFKA_USERNAME": ""},
+            "security protocol SASL_SSL needs PAIRSTREAM_KAFKA_USERNAME",
         ),
     }[fault]
     pipeline.worker_env.update(wrong)
