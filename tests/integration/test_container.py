@@ -9,6 +9,8 @@ import random
 import shutil
 import subprocess
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -22,14 +24,16 @@ from tools.generate import StreamShape, generate
 
 pytestmark = [pytest.mark.broker, pytest.mark.fault]
 
-TAG = f"{container.IMAGE}:test"
+# A tag of this run's own: test sessions on one machine (worktrees) must not take each
+# other's images.
+TAG = f"{container.IMAGE}:test-{uuid.uuid4().hex[:8]}"
 DATA_DIR = "/var/lib/pairstream"  # the image's volume
 RECORDS = 8_000
 RATE = 400.0  # events per second: the kill strikes while events flow
 
 
 @pytest.fixture(scope="module")
-def image() -> str:
+def image() -> Iterator[str]:
     missing = [tool for tool in ("podman", "runc", "debootstrap") if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"{', '.join(missing)} not installed, and `make podman` could not install it")
@@ -38,7 +42,8 @@ def image() -> str:
     print(f"\nbase image {base} ready in {time.monotonic() - started:.0f} s")
     seconds = container.build(TAG, "worker", base)
     print(f"{TAG}: built in {seconds:.0f} s, {container.image_size(TAG) / 1e6:.0f} MB")
-    return TAG
+    yield TAG
+    container.podman("rmi", "--force", TAG, check=False, capture=True)
 
 
 class ContainerPipeline(Pipeline):
