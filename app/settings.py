@@ -3,7 +3,7 @@ variable named PAIRSTREAM_<FIELD> (e.g. PAIRSTREAM_EXPIRY_SECONDS=120)."""
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -368,9 +368,9 @@ class Settings(BaseSettings):
     def bootstrap_servers(self) -> str:
         return self.broker.removeprefix("kafka://").replace(";", ",")
 
-    @property
+    @cached_property
     def kafka(self) -> KafkaConnection:
-        """How every Kafka client connects (app/kafka_connection.py)."""
+        """How every Kafka client connects (app/kafka_connection.py); one TLS context."""
         return KafkaConnection.from_settings(self)
 
 
