@@ -35,6 +35,7 @@ from pairing.delivery import (
     Verdict,
     backoff,
     judge,
+    settle_remaining,
     uncertain_now,
 )
 
@@ -57,6 +58,7 @@ class Order:
     uncertain: int = 0
     maybe_sent: bool = False  # the API may have it (its last attempt's fate is unknown)
     first_call: float | None = None  # monotonic
+    called_ms: int = 0  # wall clock when the last attempt started
 
 
 @dataclass(slots=True)
@@ -77,6 +79,10 @@ class PartitionDeliveries:
     @property
     def caught_up(self) -> bool:
         return self.log_target is None
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class Latency:
@@ -161,6 +167,7 @@ class Dispatcher:
                 attempts=entry.attempts,
                 uncertain=entry.uncertain,
                 maybe_sent=uncertain_now(entry),
+                called_ms=entry.called_ms,
             )
             deliveries.orders[identity] = order
             self._ready.put_nowait(order)
@@ -302,6 +309,14 @@ class Dispatcher:
         if order.first_call is None:
             order.first_call = now
         if order.maybe_sent:
+            settle = conf.delivery_settle_seconds
+            if self._api.has_lookup and (
+                settling := settle_remaining(order.called_ms, now_ms(), settle)
+            ):
+                # The API may still apply the last call: its "not found" could be untrue.
+                self.counts["settling"] += 1
+                asyncio.get_running_loop().call_later(settling, self._requeue, order, deliveries)
+                return
             order.uncertain += 1
             self.counts["uncertain"] += 1
             if self._api.has_lookup:
@@ -327,9 +342,12 @@ class Dispatcher:
             await self._finish(order, deliveries, Status.DEAD, reason, None)
             return
         order.attempts += 1
+        order.called_ms = now_ms()
         await self._send_log(
             order.partition,
-            LogRecord("attempt", order.identity, order.attempts, order.uncertain),
+            LogRecord(
+                "attempt", order.identity, order.attempts, order.uncertain, at_ms=order.called_ms
+            ),
         )
         answer, seconds = await self._api.send(order.key, order.body)
         self._calls += 1

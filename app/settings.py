@@ -276,6 +276,14 @@ class Settings(BaseSettings):
         " again (at-least-once for it) or park it on the uncertain topic for a person",
     )
     delivery_timeout_seconds: float = Field(10.0, gt=0, description="per HTTP call")
+    delivery_settle_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="with a status lookup: an uncertain message is looked up no sooner than"
+        " this after its last call started; exactly once only if longer than the timeout plus"
+        " the API's processing deadline (how long after receiving a request it may still apply"
+        " it)",
+    )
     delivery_deadline_seconds: float = Field(
         600.0,
         gt=0,

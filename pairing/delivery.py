@@ -45,6 +45,7 @@ class Entry:
     attempts: int = 0
     uncertain: int = 0  # times it was decided again while the API may have had it
     maybe_sent: bool = False  # an earlier attempt may have reached the API
+    called_ms: int = 0  # wall clock when the last attempt started: the settle time counts from it
 
     @property
     def terminal(self) -> bool:
@@ -144,6 +145,7 @@ class LogRecord:
     status: Status | None = None  # outcome
     reason: str = ""  # outcome dead or parked: why
     http_status: int | None = None
+    at_ms: int = 0  # attempt: wall clock when it started (before its request was sent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +164,11 @@ def apply(entry: Entry | None, record: LogRecord) -> Applied | None:
         if record.attempt == entry.attempts:
             return None  # seen already (a producer retry may repeat or reorder it)
         calling = replace(
-            entry, status=Status.CALLING, attempts=record.attempt, uncertain=uncertain
+            entry,
+            status=Status.CALLING,
+            attempts=record.attempt,
+            uncertain=uncertain,
+            called_ms=record.at_ms,
         )
         return Applied(calling, None)
     if record.kind == "failed":
@@ -189,6 +195,16 @@ def uncertain_now(entry: Entry) -> bool:
     return entry.status is Status.CALLING or entry.maybe_sent
 
 
+def settle_remaining(called_ms: int, now_ms: int, settle_seconds: float) -> float:
+    """Seconds an uncertain message must still wait before it may be looked up.
+
+    A status lookup's "not found" is only true once the API can no longer apply the
+    last call: an API still processing a request the client gave up on answers "not
+    found" too. So the lookup waits until the settle time has passed since that call
+    started (by the wall clock, which survives a crash of the worker that made it)."""
+    return max(0.0, called_ms / 1000 + settle_seconds - now_ms / 1000)
+
+
 def encode_entry(entry: Entry) -> bytes:
     record: dict[str, Any] = {
         "s": entry.status.value,
@@ -196,6 +212,7 @@ def encode_entry(entry: Entry) -> bytes:
         "a": entry.attempts,
         "u": entry.uncertain,
         "m": entry.maybe_sent,
+        "c": entry.called_ms,
     }
     if entry.body is not None:
         record["b"] = base64.b64encode(entry.body).decode()
@@ -212,6 +229,7 @@ def decode_entry(data: bytes) -> Entry:
         attempts=record["a"],
         uncertain=record["u"],
         maybe_sent=record["m"],
+        called_ms=record.get("c", 0),
     )
 
 
@@ -222,6 +240,8 @@ def encode_log(record: LogRecord) -> bytes:
         "attempt": record.attempt,
         "uncertain": record.uncertain,
     }
+    if record.kind == "attempt":
+        data["at_ms"] = record.at_ms
     if record.kind == "failed":
         data["maybe_sent"] = record.maybe_sent
     if record.status is not None:
@@ -243,4 +263,5 @@ def decode_log(data: bytes) -> LogRecord:
         status=None if status is None else Status(status),
         reason=record.get("reason", ""),
         http_status=record.get("http_status"),
+        at_ms=record.get("at_ms", 0),
     )

@@ -1,6 +1,6 @@
 """A stand-in for a third-party order API that is not idempotent, on real sockets:
 `python -m tools.order_api --port 8080 [--honour-keys] [--lookup] [--fail-share 0.2]
-[--delay 0.2] [--crash-share 0.01]`.
+[--delay 0.2] [--crash-share 0.01] [--slow-share 0.01 --slow-seconds 15]`.
 
 POST /orders applies the order it is sent (the body) and answers 201, unless told:
   * `honour_keys`: a call whose Idempotency-Key was applied before is answered 200
@@ -9,6 +9,9 @@ POST /orders applies the order it is sent (the body) and answers 201, unless tol
   * `delay`: seconds before each answer;
   * `crash_share`: that share of calls is applied and then the connection is dropped
     with no answer, as a server that crashes after committing;
+  * `slow_share`: that share of calls is applied only `slow_seconds` after it arrived,
+    and answered then, even if the client has given up meanwhile (the API's processing
+    deadline); until then the status lookup answers 404, as many real APIs do;
   * `stuck`: orders whose body contains this text are always answered 503;
   * an order whose JSON has `"reject": true` is answered 422, not applied.
 GET /orders/status/{key} (only with `lookup`): 200 if an order with that key was
@@ -41,6 +44,8 @@ class Behaviour:
     delay: float = 0.0
     crash_share: float = 0.0
     stuck: str = ""  # orders whose body contains this are always answered 503
+    slow_share: float = 0.0
+    slow_seconds: float = 0.0
 
 
 class OrderApi:
@@ -53,6 +58,7 @@ class OrderApi:
         self.authorizations: Counter[str] = Counter()  # Authorization headers received
         self._concurrent = 0
         self.max_concurrent = 0  # most calls it was answering at once
+        self._processing: set[asyncio.Task[None]] = set()  # slow calls, past any client
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -77,8 +83,14 @@ class OrderApi:
         return self
 
     async def stop(self) -> None:
+        for processing in self._processing:
+            processing.cancel()
         if self._runner is not None:
             await self._runner.cleanup()
+
+    async def processed(self) -> None:
+        """Until every slow call received so far has been applied."""
+        await asyncio.gather(*self._processing)
 
     @property
     def url(self) -> str:
@@ -116,16 +128,30 @@ class OrderApi:
         if behaviour.honour_keys and key and self.applied_keys[key]:
             self.calls["replayed"] += 1
             return web.json_response({"key": key, "replayed": True}, status=200)
-        self.applied[body.decode()] += 1
-        if key:
-            self.applied_keys[key] += 1
-        self.calls["applied"] += 1
+        if behaviour.slow_share and self._random.random() < behaviour.slow_share:
+            self.calls["slow"] += 1
+            processing = asyncio.create_task(self._apply_late(body, key, behaviour.slow_seconds))
+            self._processing.add(processing)
+            processing.add_done_callback(self._processing.discard)
+            await asyncio.shield(processing)  # a client that gave up does not stop it
+        else:
+            self._apply(body, key)
         if behaviour.crash_share and self._random.random() < behaviour.crash_share:
             self.calls["crashed"] += 1
             assert request.transport is not None
             request.transport.abort()  # applied, and no answer ever comes
             raise asyncio.CancelledError
         return web.json_response({"key": key}, status=201)
+
+    def _apply(self, body: bytes, key: str) -> None:
+        self.applied[body.decode()] += 1
+        if key:
+            self.applied_keys[key] += 1
+        self.calls["applied"] += 1
+
+    async def _apply_late(self, body: bytes, key: str, seconds: float) -> None:
+        await asyncio.sleep(seconds)  # the API's own processing time
+        self._apply(body, key)
 
     async def status(self, request: web.Request) -> web.Response:
         if not self.behaviour.lookup:
@@ -192,7 +218,13 @@ def _key(rng: random.Random, order: dict[str, Any]) -> bytes | None:
 
 async def serve(args: argparse.Namespace) -> None:
     behaviour = Behaviour(
-        args.honour_keys, args.lookup, args.fail_share, args.delay, args.crash_share
+        args.honour_keys,
+        args.lookup,
+        args.fail_share,
+        args.delay,
+        args.crash_share,
+        slow_share=args.slow_share,
+        slow_seconds=args.slow_seconds,
     )
     api = await OrderApi(behaviour).start(args.host, args.port)
     print(f"order API on {api.url}: {asdict(behaviour)}", flush=True)
@@ -211,6 +243,8 @@ def main() -> None:
     parser.add_argument("--fail-share", type=float, default=0.0)
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--crash-share", type=float, default=0.0)
+    parser.add_argument("--slow-share", type=float, default=0.0)
+    parser.add_argument("--slow-seconds", type=float, default=0.0)
     asyncio.run(serve(parser.parse_args()))
 
 

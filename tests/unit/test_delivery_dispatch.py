@@ -145,12 +145,42 @@ async def test_uncertain_messages_are_looked_up_not_resent(
     api: OrderApi, honour_keys: bool
 ) -> None:
     api.behaviour = Behaviour(crash_share=0.3, lookup=True, honour_keys=honour_keys)
-    async with Run(api, delivery_uncertain="resend") as run:
+    # The API applies a call before it drops the connection: nothing to settle.
+    async with Run(api, delivery_uncertain="resend", delivery_settle_seconds=0) as run:
         outcomes = await run.deliver(30)
     assert api.calls["crashed"] > 0 and api.calls["lookups"] == api.calls["crashed"]
     assert max(api.applied.values()) == 1 and len(api.applied) == 30
     found = [r for r in outcomes.values() if r.reason == "found by status lookup"]
     assert len(found) == api.calls["crashed"]
+
+
+# The API takes 1.5 s over every call, past the client's timeout, and applies it then;
+# its status lookup answers 404 meanwhile.
+SLOW = Behaviour(lookup=True, slow_share=1.0, slow_seconds=1.5)
+
+
+async def test_a_lookup_made_while_the_api_still_processes_the_call_duplicates(
+    api: OrderApi,
+) -> None:
+    api.behaviour = SLOW
+    async with Run(api, delivery_timeout_seconds=0.2, delivery_settle_seconds=0) as run:
+        [outcome] = (await run.deliver(1)).values()
+    await api.processed()
+    # "Not found" was taken at its word, and the order sent again while the first call
+    # was still to be applied: the trap the settle time closes.
+    assert outcome.status is Status.DELIVERED
+    assert api.applied[body(0).decode()] > 1
+
+
+async def test_a_lookup_waits_until_the_last_call_has_settled(api: OrderApi) -> None:
+    api.behaviour = SLOW
+    # Settle 2 s > timeout 0.2 s + the API's 1.5 s.
+    async with Run(api, delivery_timeout_seconds=0.2, delivery_settle_seconds=2) as run:
+        [outcome] = (await run.deliver(1)).values()
+        assert run.dispatcher.counts["settling"] >= 1
+    await api.processed()
+    assert outcome.reason == "found by status lookup" and outcome.uncertain == 1
+    assert api.applied[body(0).decode()] == 1 and api.calls["lookups"] == 1
 
 
 async def test_uncertain_messages_are_parked_when_so_configured(api: OrderApi) -> None:

@@ -19,6 +19,7 @@ from pairing.delivery import (
     judge,
     parse_order,
     parse_retry_after,
+    settle_remaining,
     uncertain_now,
 )
 
@@ -118,13 +119,33 @@ def test_the_uncertain_count_only_grows() -> None:
 
 
 def test_entries_and_log_records_survive_their_encoding() -> None:
-    entry = Entry(Status.CALLING, 5, b"\x00\xffbody", attempts=2, uncertain=1, maybe_sent=True)
+    entry = Entry(
+        Status.CALLING, 5, b"\x00\xffbody", attempts=2, uncertain=1, maybe_sent=True, called_ms=9
+    )
     assert decode_entry(encode_entry(entry)) == entry
     final = Entry(Status.DEAD, 5, None, attempts=3)
     assert decode_entry(encode_entry(final)) == final
     for record in (
-        LogRecord("attempt", "id:1", 1, 0),
+        LogRecord("attempt", "id:1", 1, 0, at_ms=1_700_000_000_123),
         LogRecord("failed", "sha256:ab", 2, 1, maybe_sent=True),
         LogRecord("outcome", "id:1", 3, 1, status=Status.DEAD, reason="rejected", http_status=422),
     ):
         assert decode_log(encode_log(record)) == record
+
+
+def test_an_uncertain_message_is_looked_up_only_once_its_last_call_has_settled() -> None:
+    # The attempt that may have reached the API says when it started; the store keeps it
+    # for the next owner, and a later attempt moves it on.
+    first = apply(QUEUED, LogRecord("attempt", "id:1", 1, 0, at_ms=50_000))
+    assert first is not None and first.entry.called_ms == 50_000
+    failed = apply(first.entry, LogRecord("failed", "id:1", 1, 0, maybe_sent=True))
+    assert failed is not None and failed.entry.called_ms == 50_000
+    second = apply(failed.entry, LogRecord("attempt", "id:1", 2, 1, at_ms=80_000))
+    assert second is not None and second.entry.called_ms == 80_000
+    # Settle 20 s from the call's start at 50 s.
+    assert settle_remaining(50_000, 50_000, 20) == 20
+    assert settle_remaining(50_000, 65_500, 20) == 4.5
+    assert settle_remaining(50_000, 70_000, 20) == 0
+    assert settle_remaining(50_000, 90_000, 20) == 0
+    # Settle 0: looked up at once, as before the setting existed.
+    assert settle_remaining(50_000, 50_000, 0) == 0
