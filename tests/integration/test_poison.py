@@ -27,7 +27,7 @@ from aiokafka import TopicPartition
 from faust.types import TP
 
 from app.kafka_admin import admin_client, end_offsets
-from tests.integration.harness import Pipeline, Worker, dead_lettered_bytes, read_partitions
+from tests.integration.harness import Pipeline, Worker, dead_lettered_bytes, read_partitions, table
 from tools.generate import Record, produce
 from tools.order_api import OrderApi
 
@@ -145,20 +145,6 @@ def everything(broker: str, tmp: Path, api: OrderApi) -> Pipeline:
     )
 
 
-async def changelog(pipeline: Pipeline, table: str) -> dict[bytes, bytes]:
-    """A table as its changelog holds it: the last value of each key."""
-    rows: dict[bytes, bytes] = {}
-    topic = f"{pipeline.conf.app_id}-{table}-changelog"
-    for partition in await read_partitions(pipeline.conf, topic):
-        for key, value in partition:
-            assert key is not None
-            if value is None:
-                rows.pop(key, None)
-            else:
-                rows[key] = value
-    return rows
-
-
 async def values(pipeline: Pipeline, topic: str) -> list[bytes]:
     return [v for p in await read_partitions(pipeline.conf, topic) for _, v in p if v]
 
@@ -222,13 +208,13 @@ async def test_poison_on_every_input_is_dead_lettered_once_and_stops_no_partitio
         await produce([(LATER.encode(), LATER_ROW)], kafka, conf.sources_topic, 0, False)
 
         async def ready() -> bool:
-            enrichment = await changelog(pipeline, "enrichment")
-            waiting = {key.split(b":")[1] for key in enrichment if key.startswith(b"w:")}
-            accounts = await changelog(pipeline, "accounts")
+            enrichment = await table(pipeline, "enrichment")
+            waiting = {key.split(":")[1] for key in enrichment if key.startswith("w:")}
+            accounts = await table(pipeline, "accounts")
             return (
                 len(waiting) == conf.partitions
-                and b"a:acct-poison" in accounts
-                and b"a:acct-ok" in accounts
+                and "a:acct-poison" in accounts
+                and "a:acct-ok" in accounts
             )
 
         await until(worker, "waiting in every partition", ready)
