@@ -75,7 +75,7 @@ def route(parse: Callable[[Any], Any], target: str, counter: str) -> Callable[[A
     async def agent(stream: Any) -> None:
         async for event in events_once(app, stream):
             message = event.message
-            async with exactly_once(app, event) as task:
+            async with exactly_once(app, event, dead_letters=DLQ) as task:
                 parsed = parse(message)
                 if isinstance(parsed, str):
                     dead_letter(task.outbox, message, parsed)
@@ -99,7 +99,7 @@ route_accounts = app.agent(accounts_in, name="route_accounts")(
 async def validate_deposits(stream: Any) -> None:
     async for event in events_once(app, stream):
         message = event.message
-        async with exactly_once(app, event) as task:
+        async with exactly_once(app, event, dead_letters=DLQ) as task:
             state = TableWriter(accounts, task)
             if message.topic == ACCOUNTS:
                 change = parse_account_change(message.key, message.value)
@@ -138,7 +138,7 @@ async def validate_deposits(stream: Any) -> None:
 async def keep_ledger(stream: Any) -> None:
     async for event in events_once(app, stream):
         message = event.message
-        async with exactly_once(app, event) as task:
+        async with exactly_once(app, event, dead_letters=DLQ) as task:
             value: bytes | None = message.value
             assert value is not None  # written by validate_deposits
             account, amount, balance = parse_validated(value)

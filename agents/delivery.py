@@ -50,6 +50,7 @@ from tables.deliveries import DeliveryStore, stored_entries
 conf = settings()
 BY_ID = conf.delivery_by_id_topic
 LOG = conf.delivery_log_topic
+DLQ = conf.delivery_dead_letter_topic
 EXPIRED_PER_STEP = 100  # bounds the extra work of one step
 
 
@@ -83,7 +84,7 @@ async def route(stream: Any) -> None:
     async for event in events_once(app, stream):
         message = event.message
         value: bytes | None = message.value
-        async with exactly_once(app, event) as task:
+        async with exactly_once(app, event, dead_letters=DLQ) as task:
             outbox = task.outbox
             parsed = parse_order(value, conf.max_event_bytes)
             if isinstance(parsed, str):
@@ -120,7 +121,7 @@ async def deliver(stream: Any) -> None:
             assert opened is not None  # ready
             deliveries = opened
         caught_up = False
-        async with exactly_once(app, event) as task:
+        async with exactly_once(app, event, dead_letters=DLQ) as task:
             store = DeliveryStore(task)
             if message.topic == BY_ID:
                 take(store, deliveries, message)

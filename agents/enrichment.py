@@ -40,6 +40,7 @@ from tables import TableWriter, bytes_table
 
 conf = settings()
 ROWS = conf.sources_by_partition_topic
+DLQ = conf.sources_dead_letter_topic
 DAY = re.compile(rb"^\d{4}-\d{2}-\d{2}$")
 DELETED = b""  # a deleted row, as stored
 
@@ -49,6 +50,7 @@ state = bytes_table("enrichment", conf.partitions, [conf.pairs_topic, ROWS])
 
 sources = bytes_topic(conf.sources_topic, internal=False)
 joined = bytes_topic(conf.pairs_topic, ROWS, internal=False)  # co-partitioned
+app.partition_tasks.processor_topics[ROWS] = conf.pairs_topic  # enrich's Enricher
 
 
 def reason_invalid(key: bytes | None, value: bytes | None) -> str | None:
@@ -63,12 +65,12 @@ def reason_invalid(key: bytes | None, value: bytes | None) -> str | None:
 async def broadcast_rows(stream: Any) -> None:
     async for event in events_once(app, stream):
         message = event.message
-        async with exactly_once(app, event) as task:
+        async with exactly_once(app, event, dead_letters=DLQ) as task:
             reason = reason_invalid(message.key, message.value)
             if reason is not None:
                 where = Source(message.topic, message.partition, message.offset)
                 record = dead_letter_record(reason, message.value, where)
-                task.outbox.send(conf.sources_dead_letter_topic, message.key, record, None)
+                task.outbox.send(DLQ, message.key, record, None)
                 task.outbox.count("dead_lettered")
                 continue
             task.outbox.count("rows")
@@ -99,7 +101,7 @@ async def enrich(stream: Any) -> None:
         key_bytes: bytes | None = message.key
         value: bytes | None = message.value
         assert key_bytes is not None  # broadcast and pairing always set the key
-        async with exactly_once(app, event) as task:
+        async with exactly_once(app, event, dead_letters=DLQ) as task:
             pair_task = tasks.get(TP(conf.pairs_topic, partition))
             assert pair_task is not None  # assigned together with this partition
             enricher = pair_task.processor(Enricher, load)

@@ -120,7 +120,7 @@ class LocalState:
 class StepWrites:
     """The table writes of a partition task's current step."""
 
-    __slots__ = ("_last_record", "_staged", "local_state", "tp")
+    __slots__ = ("_last_record", "_staged", "local_state", "touched", "tp")
 
     def __init__(self, tp: TP, local_state: LocalState) -> None:
         self.tp = tp
@@ -131,6 +131,9 @@ class StepWrites:
         # over (partition, key) pairs was 2.2% of a worker's CPU.
         self._staged: dict[LocalPartition, dict[bytes, Value]] = {}
         self._last_record: dict[LocalPartition, int] = {}
+        # Whether a held step wrote: its writes are mixed with the held ones before it
+        # (app/step.py resets it when such a step starts).
+        self.touched = False
 
     def get(self, local: LocalPartition, key: bytes) -> Value:
         staged = self._staged.get(local)
@@ -141,6 +144,7 @@ class StepWrites:
         return local.get(key)
 
     def stage(self, local: LocalPartition, key: bytes, value: Value) -> None:
+        self.touched = True
         staged = self._staged.get(local)
         if staged is None:
             staged = self._staged[local] = {}

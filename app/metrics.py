@@ -76,6 +76,14 @@ class WorkerCollector(Collector):
             "reason",
             {name.removeprefix("skipped_"): n for name, n in worker["skipped"].items()},
         )
+        errors = CounterMetricFamily(
+            "pairstream_processing_errors",
+            "Records whose processing raised, dead-lettered (processing_error_policy)",
+            labels=["topic", "partition"],
+        )
+        for entry in status["processing_errors"]["partitions"]:
+            errors.add_metric([entry["topic"], str(entry["partition"])], entry["count"])
+        yield errors
         if "delivery" in status:
             yield from _delivery_metrics(status["delivery"])
 

@@ -121,6 +121,9 @@ class PartitionTasks:
         # (ingest's events -> pairing's keyed events): committed every handoff interval
         # while that stage waits for records (app/consumer.py).
         self.handoffs: dict[str, str] = {}
+        # Input topic -> the topic whose partition task keeps the processor its steps
+        # use (enrichment's rows: the pairs'), forgotten with theirs (app/step.py).
+        self.processor_topics: dict[str, str] = {}
         # Input topics whose records reach their agent in runs (app/runs.py).
         self.in_runs: set[str] = set()
         # Told after each commit which offsets it committed (delivery waits for them).

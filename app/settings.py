@@ -174,6 +174,12 @@ class Settings(BaseSettings):
         " to measure what transactions cost; after a crash outputs can repeat",
     )
     standby_replicas: int = Field(0, ge=0, description="warm copies of each table partition")
+    processing_error_policy: Literal["dead-letter", "stop"] = Field(
+        "dead-letter",
+        description="a record whose processing raises: dead-lettered with the exception, in its"
+        " step's transaction, and the partition goes on; or the worker stops"
+        " (docs/exactly-once.md)",
+    )
     event_loop: Literal["uvloop", "aio"] = Field(
         "uvloop",
         description="a worker's event loop: uvloop, or asyncio's own (aio), slower in its"

@@ -15,20 +15,28 @@ from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from faust.types import EventT
+from aiokafka.errors import KafkaError
+from faust.exceptions import FaustError
+from faust.types import TP, EventT
 
 from app import internals
 from app.faust_app import PairstreamApp
 from app.outbox import DeliveryFailed
 from app.outbox_sends import send_outbox
 from app.partition_tasks import PartitionTask
+from app.settings import settings
+from pairing.records import Source, dead_letter_record
 
 log = logging.getLogger(__name__)
+# What a step may raise that no record caused: the transaction or the transport failed
+# (fencing included), or the framework did. The worker stops, whatever the policy.
+MUST_STOP = (DeliveryFailed, KafkaError, FaustError)
+REASON_CHARS = 500  # an exception's message may quote a whole record
 
 
 @asynccontextmanager
 async def exactly_once(
-    app: PairstreamApp, event: EventT[Any], records: int = 1
+    app: PairstreamApp, event: EventT[Any], records: int = 1, *, dead_letters: str | None = None
 ) -> AsyncIterator[PartitionTask]:
     """The event's partition task, under the task's lock; on a clean exit the outbox is
     sent into the event's transaction and the event acked, with no commit between. An
@@ -46,7 +54,13 @@ async def exactly_once(
     table writes left in the outbox after those of the steps held before it, for the
     commit to send into the next transaction (app/outbox_sends.py). A held step does not
     await, so only an error can cut it off; its records are then mixed with the other
-    held ones, and the worker crashes with none of them committed."""
+    held ones, and the worker crashes with none of them committed.
+
+    The processing-error boundary: given `dead_letters` (a step of one record), an
+    exception of the body that no transaction or transport failure explains ends the
+    step as a dead letter (`_dead_lettered`), unless processing_error_policy is "stop".
+    A held step's effects are mixed with the held ones before it: it is dead-lettered
+    only if it was the first held, or sent and wrote nothing before it raised."""
     tasks = app.partition_tasks
     message = event.message
     task = tasks.get(message.tp)
@@ -55,12 +69,18 @@ async def exactly_once(
         if task.broken:
             raise DeliveryFailed(f"{task.tp}: a step failed while others were held")
         if task.committing:
+            mark = len(task.outbox.records)
+            task.writes.touched = False
             try:
                 yield task
             except BaseException as exc:
-                task.broken = True
-                app.add_future(app.crash(exc))
-                raise
+                undoable = task.held == 0 or (
+                    len(task.outbox.records) == mark and not task.writes.touched
+                )
+                if not (undoable and _dead_lettered(app, task, event, exc, dead_letters)):
+                    task.broken = True
+                    app.add_future(app.crash(exc))
+                    raise
             event.ack()
             task.offsets.processed(message.offset)
             task.held += records
@@ -68,7 +88,11 @@ async def exactly_once(
         sent = False
         task.step_since = time.monotonic()
         try:
-            yield task
+            try:
+                yield task
+            except BaseException as exc:
+                if not _dead_lettered(app, task, event, exc, dead_letters):
+                    raise
             await send_outbox(app, tasks.stats, task, records)
             sent = True
             event.ack()
@@ -81,6 +105,41 @@ async def exactly_once(
                 task.outbox.clear()
                 task.writes.discard()
                 task.forget_processor()
+
+
+def _dead_lettered(
+    app: PairstreamApp,
+    task: PartitionTask,
+    event: EventT[Any],
+    exc: BaseException,
+    topic: str | None,
+) -> bool:
+    """Whether the step's exception is a processing error to dead-letter (see
+    `exactly_once`). If so, the step's effects are gone, and its outbox holds the record
+    for `topic` instead, to go into the same transaction as its ack."""
+    if (
+        topic is None
+        or not isinstance(exc, Exception)
+        or isinstance(exc, MUST_STOP)
+        or settings().processing_error_policy == "stop"
+    ):
+        return False
+    message = event.message
+    if task.held == 0:  # else the caller checked that it sent and wrote nothing
+        task.outbox.clear()
+        task.writes.discard()
+    task.forget_processor()
+    tasks = app.partition_tasks
+    shared = tasks.processor_topics.get(message.topic)
+    owner = None if shared is None else tasks.get(TP(shared, message.partition))
+    if owner is not None:
+        owner.forget_processor()
+    reason = f"processing error: {type(exc).__name__}: {exc}"[:REASON_CHARS]
+    where = Source(message.topic, message.partition, message.offset)
+    task.outbox.send(topic, message.key, dead_letter_record(reason, message.value, where), None)
+    task.outbox.count("processing_errors")
+    log.warning("dead-lettered record %s@%d to %s: %s", message.tp, message.offset, topic, reason)
+    return True
 
 
 async def before_step(app: PairstreamApp, waiting: Awaitable[object]) -> None:

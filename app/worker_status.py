@@ -53,7 +53,8 @@ def worker_status() -> dict[str, Any]:
     now = time.time()
     stats = app.partition_tasks.stats
     partitions = [*_active_partitions(now), *_standby_partitions()]
-    status = {
+    errors = processing_errors()
+    status: dict[str, Any] = {
         "worker": {
             "url": str(app.conf.canonical_url),
             "uptime_seconds": round(now - stats.started_at, 3),
@@ -67,8 +68,9 @@ def worker_status() -> dict[str, Any]:
             },
             "skipped": dict(stats.process),
         },
-        "totals": totals(partitions),
+        "totals": {**totals(partitions), "processing_errors": errors["total"]},
         "partitions": partitions,
+        "processing_errors": errors,
     }
     if app.delivery is not None:
         status["delivery"] = delivery_status()
@@ -93,6 +95,17 @@ def delivery_status() -> dict[str, Any]:
         **app.delivery.status(),
         "recorded": {name: recorded[name] for name in DELIVERY_RECORDED},
     }
+
+
+def processing_errors() -> dict[str, Any]:
+    """Records of any input partition dead-lettered because their processing raised
+    (app/step.py), counted as their steps were acked."""
+    found = [
+        {"topic": tp.topic, "partition": tp.partition, "count": counts["processing_errors"]}
+        for tp, counts in sorted(app.partition_tasks.stats.partitions.items())
+        if counts["processing_errors"]
+    ]
+    return {"total": sum(entry["count"] for entry in found), "partitions": found}
 
 
 def totals(partitions: list[dict[str, Any]]) -> dict[str, int]:

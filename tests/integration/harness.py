@@ -137,6 +137,21 @@ async def read_partitions(conf: Settings, topic: str) -> list[list[Record]]:
         return records
 
 
+async def table(pipeline: Pipeline, name: str) -> dict[str, bytes]:
+    """A table as its changelog holds it: the last value of each key."""
+    rows: dict[str, bytes] = {}
+    for partition in await read_partitions(
+        pipeline.conf, f"{pipeline.conf.app_id}-{name}-changelog"
+    ):
+        for key, value in partition:
+            assert key is not None
+            if value is None:
+                rows.pop(key.decode(), None)
+            else:
+                rows[key.decode()] = value
+    return rows
+
+
 async def _end_offsets(
     consumer: AIOKafkaConsumer, partitions: list[TopicPartition], timeout: float = 120
 ) -> dict[TopicPartition, int]:

@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 
 from pairing.deposits import decode_account, decode_totals
-from tests.integration.harness import Pipeline, Worker, read_partitions, stop_workers
+from tests.integration.harness import Pipeline, Worker, read_partitions, stop_workers, table
 from tools.deposits import ChainShape, Expected, account_records, deposit_records, expected
 from tools.generate import produce
 
@@ -44,21 +44,6 @@ def chain_pipeline(broker: str, tmp: Path) -> Pipeline:
         PAIRSTREAM_VALIDATED_TOPIC=f"{name}-deposits.validated",
         PAIRSTREAM_DEPOSITS_DEAD_LETTER_TOPIC=f"{name}-deposits.dlq",
     )
-
-
-async def table(pipeline: Pipeline, name: str) -> dict[str, bytes]:
-    """A table as its changelog holds it: the last value of each key."""
-    rows: dict[str, bytes] = {}
-    for partition in await read_partitions(
-        pipeline.conf, f"{pipeline.conf.app_id}-{name}-changelog"
-    ):
-        for key, value in partition:
-            assert key is not None
-            if value is None:
-                rows.pop(key.decode(), None)
-            else:
-                rows[key.decode()] = value
-    return rows
 
 
 async def count(pipeline: Pipeline, topic: str) -> int:
