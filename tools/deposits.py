@@ -20,6 +20,7 @@ from decimal import Decimal
 
 from app.settings import Settings
 from pairing.deposits import parse_deposit
+from pairing.grammar import EXACT
 from tools.generate import Record, produce
 
 INVALID_DEPOSITS: list[bytes | None] = [
@@ -111,9 +112,8 @@ def expected(accounts: list[Record], deposits: list[Record]) -> Expected:
             model.dead_lettered += 1
             continue
         seen.add(key)
-        model.balances[deposit.account] = (
-            model.balances.get(deposit.account, Decimal(0)) + deposit.amount
-        )
+        before = model.balances.get(deposit.account, Decimal(0))
+        model.balances[deposit.account] = EXACT.add(before, deposit.amount)
         model.counts[deposit.account] += 1
         model.validated += 1
     return model
