@@ -117,7 +117,9 @@ def parse_account_change(key: bytes | None, raw: bytes | None) -> AccountChange 
 
 
 def apply_change(account: Account | None, change: AccountChange) -> Account | None:
-    """The account after a change; its balance survives a close and a reopen."""
+    """The account after a change; its balance survives a close and a reopen, not a
+    deletion. The ledger's totals and the deposit ids taken are the account id's, for its
+    lifetime (docs/chain.md)."""
     if change.status is None:
         return None
     if account is None:
