@@ -15,6 +15,7 @@ from pairing.grammar import (
     Rejection,
     add_exact,
     decode_object,
+    excerpt,
     format_time,
     identity,
     normalized,
@@ -54,7 +55,7 @@ def parse_event(raw: bytes | None, max_bytes: int) -> Event | Rejection:
     if event_type not in EVENT_TYPES:
         if "type" not in doc:
             return Rejection("missing field 'type'")
-        return Rejection(f"unknown type {event_type!r}: expected 'A' or 'B'")
+        return Rejection(f"unknown type {excerpt(event_type)}: expected 'A' or 'B'")
 
     if "timestamp" not in doc:
         return Rejection("missing field 'timestamp'")

@@ -80,7 +80,7 @@ def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise _Refused(f"duplicate key {_excerpt(key)} in an object")
+                raise _Refused(f"duplicate key {excerpt(key)} in an object")
             seen.add(key)
     return document
 
@@ -143,13 +143,13 @@ def number(value: Any, field: str, text_too: bool = False) -> Number | Rejection
     """A JSON field as a number: a JSON number (already bounded by `decode_json`) or, with
     `text_too`, a string spelled as one."""
     if isinstance(value, bool) or not isinstance(value, int | Decimal | str):
-        return Rejection(f"field {field!r} is not a number: {_excerpt(value)}")
+        return Rejection(f"field {field!r} is not a number: {excerpt(value)}")
     if not isinstance(value, str):
         return value
     if not text_too:
-        return Rejection(f"field {field!r} is not a number: {_excerpt(value)}")
+        return Rejection(f"field {field!r} is not a number: {excerpt(value)}")
     if _NUMBER_TEXT.fullmatch(value) is None:
-        return Rejection(f"field {field!r} is not a decimal number: {_excerpt(value)}")
+        return Rejection(f"field {field!r} is not a decimal number: {excerpt(value)}")
     parsed = Decimal(value)
     return (
         parsed if in_bounds(parsed, len(value)) else Rejection(f"field {field!r}: {OUT_OF_RANGE}")
@@ -175,7 +175,7 @@ def identity(value: Any, field: str) -> str | Rejection:
     """An id: a non-empty string or an integer, at most MAX_IDENTITY_LENGTH characters,
     encodable as UTF-8 (JSON's escapes can spell a lone surrogate, which cannot be a key)."""
     if isinstance(value, bool) or not isinstance(value, str | int):
-        return Rejection(f"field {field!r} must be a string or an integer: {_excerpt(value)}")
+        return Rejection(f"field {field!r} must be a string or an integer: {excerpt(value)}")
     text = str(value)
     if not text or len(text) > MAX_IDENTITY_LENGTH:
         return Rejection(f"field {field!r} must have 1 to {MAX_IDENTITY_LENGTH} characters")
@@ -197,7 +197,8 @@ def identity_bytes(raw: bytes | None, field: str) -> str | Rejection:
     return identity(text, field)
 
 
-def _excerpt(value: Any) -> str:
+def excerpt(value: Any) -> str:
+    """A value as a reason quotes it: its repr, cut to 40 characters (inputs may be long)."""
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:37]}..."
 
@@ -235,7 +236,7 @@ _MICROSECOND = timedelta(microseconds=1)
 def parse_timestamp(text: object) -> tuple[str, int] | Rejection:
     """Return (ISO-8601 UTC key, microseconds since epoch); naive means UTC."""
     if not isinstance(text, str):
-        return Rejection(f"field 'timestamp' is not a string: {_excerpt(text)}")
+        return Rejection(f"field 'timestamp' is not a string: {excerpt(text)}")
     if _plain_utc(text):
         # Most inputs: "YYYY-MM-DD HH:MM:SS" (or with T), naive. Read without the pattern,
         # the parts and the time zone of the general way (1.13 against 0.66 us, timeit),
@@ -269,7 +270,7 @@ def _parse_timestamp(text: str) -> tuple[str, int] | Rejection:
     """Any form `_TIMESTAMP` takes."""
     match = _TIMESTAMP.match(text)
     if match is None:
-        return Rejection(f"unparseable timestamp {_excerpt(text)}")
+        return Rejection(f"unparseable timestamp {excerpt(text)}")
     date_part, clock, fraction, zone = match.groups()
     micros = (fraction or "").ljust(6, "0")[:6]
     utc = zone == "Z" or zone is None or zone == "+00:00"

@@ -10,7 +10,7 @@ import random
 from decimal import Decimal
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pairing import deposits as rules
@@ -158,6 +158,7 @@ def rejected(reason: str) -> bool:
 
 @FUZZ
 @given(records(EVENT))
+@example(b'{"type":"%s","timestamp":"2024-02-09 21:00:00","value":1}' % (b"x" * 5000))
 def test_every_event_is_parsed_or_rejected_with_a_reason(raw: bytes | None) -> None:
     result = parse_event(raw, MAX_BYTES)
     if isinstance(result, Rejection):
