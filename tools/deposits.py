@@ -34,6 +34,10 @@ INVALID_DEPOSITS: list[bytes | None] = [
     b'{"account": "acct-0", "deposit_id": "places", "amount": "1.001"}',
     b'{"account": "acct-0", "deposit_id": "text", "amount": "ten"}',
     b'{"account": "acct-0", "deposit_id": "bool", "amount": true}',
+    # Past the bound (docs/grammar.md): the first crashed validation with decimal.Overflow.
+    b'{"account": "acct-0", "deposit_id": "huge", "amount": 1e999999999}',
+    b'{"account": "acct-0", "deposit_id": "wide", "amount": "%s"}' % (b"9" * 400),
+    b'{"account": "acct-0", "deposit_id": "spaced", "amount": " 1.00"}',
 ]
 
 
