@@ -13,7 +13,6 @@ rules are in pairing/enrichment.py.
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
@@ -33,15 +32,15 @@ from pairing.enrichment import (
     decode_waiting,
     encode_waiting,
     enriched_record,
+    row_rejection,
 )
-from pairing.events import Rejection, parse_timestamp
+from pairing.grammar import Rejection, parse_timestamp
 from pairing.records import TICK, Source, dead_letter_record
 from tables import TableWriter, bytes_table
 
 conf = settings()
 ROWS = conf.sources_by_partition_topic
 DLQ = conf.sources_dead_letter_topic
-DAY = re.compile(rb"^\d{4}-\d{2}-\d{2}$")
 DELETED = b""  # a deleted row, as stored
 
 # Per partition p: `r:<p>:<day>` -> its row (DELETED once deleted), `w:<p>:<pair key>` ->
@@ -53,20 +52,12 @@ joined = bytes_topic(conf.pairs_topic, ROWS, internal=False)  # co-partitioned
 app.partition_tasks.processor_topics[ROWS] = conf.pairs_topic  # enrich's Enricher
 
 
-def reason_invalid(key: bytes | None, value: bytes | None) -> str | None:
-    if key is None or not DAY.match(key):
-        return "invalid: key must be a day, YYYY-MM-DD"
-    if value is not None and not (value.startswith(b"{") and value.rstrip().endswith(b"}")):
-        return "invalid: a row must be a JSON object (or a tombstone)"
-    return None
-
-
 @app.agent(sources)
 async def broadcast_rows(stream: Any) -> None:
     async for event in events_once(app, stream):
         message = event.message
         async with exactly_once(app, event, dead_letters=DLQ) as task:
-            reason = reason_invalid(message.key, message.value)
+            reason = row_rejection(message.key, message.value)
             if reason is not None:
                 where = Source(message.topic, message.partition, message.offset)
                 record = dead_letter_record(reason, message.value, where)

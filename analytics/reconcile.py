@@ -29,6 +29,7 @@ from analytics.ingest import sources
 from analytics.lake import Lake
 from app.settings import Settings
 from pairing.events import Rejection, parse_event
+from pairing.grammar import add_exact
 from pairing.records import loads
 
 PARSED = StructType(
@@ -80,7 +81,8 @@ def _parse_input(max_bytes: int):  # type: ignore[no-untyped-def]  # a Spark UDF
 @F.udf(returnType=BooleanType(), useArrow=False)
 def _exact_sum(value: bytes) -> bool:
     record = loads(value)
-    return bool(record["a_value"] + record["b_value"] == record["sum"])
+    # Exactly: the default context rounds to 28 digits, and values may have 100.
+    return bool(add_exact(record["a_value"], record["b_value"]) == record["sum"])
 
 
 def _found(kind: str, frame: DataFrame, subject: str, detail: str) -> DataFrame:

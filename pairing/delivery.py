@@ -23,6 +23,8 @@ from dataclasses import dataclass, replace
 from enum import Enum, StrEnum
 from typing import Any
 
+from pairing import grammar
+
 
 class Status(StrEnum):
     QUEUED = "queued"
@@ -53,8 +55,10 @@ class Entry:
 
 
 def identity(value: bytes, parsed: dict[str, Any], id_field: str) -> str:
-    found = parsed.get(id_field)
-    if isinstance(found, (str, int)) and not isinstance(found, bool) and found != "":
+    """`id:` and the message's id when it has one in the grammar (docs/grammar.md), else
+    a fingerprint of its bytes."""
+    found = grammar.identity(parsed.get(id_field), id_field)
+    if isinstance(found, str):
         return f"id:{found}"
     return "sha256:" + hashlib.sha256(value).hexdigest()
 
@@ -65,18 +69,11 @@ def idempotency_key(namespace: str, identity: str) -> str:
 
 
 def parse_order(value: bytes | None, max_bytes: int) -> dict[str, Any] | str:
-    """The message as a JSON object, or why it cannot be delivered."""
-    if value is None or value == b"":
-        return "invalid: empty"
-    if len(value) > max_bytes:
+    """The message as a JSON object (docs/grammar.md), or why it cannot be delivered."""
+    if value is not None and len(value) > max_bytes:
         return f"invalid: larger than {max_bytes} bytes"
-    try:
-        parsed = json.loads(value)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return f"invalid: not JSON ({exc.__class__.__name__})"
-    if not isinstance(parsed, dict):
-        return "invalid: not a JSON object"
-    return parsed
+    parsed = grammar.decode_object(value)
+    return f"invalid: {parsed.reason}" if isinstance(parsed, grammar.Rejection) else parsed
 
 
 # --- the HTTP answer and what follows from it -------------------------------------

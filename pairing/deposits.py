@@ -1,16 +1,19 @@
 """The deposit chain (seed 001), pure: parsing deposits and account changes,
 validating a deposit against its account, and the ledger's totals.
 
-Amounts are exact decimals (a JSON number or a decimal string, at most 2 places);
-balances and totals are decimals, written as strings so nothing rounds them.
+Inputs are read by the one grammar (pairing/grammar.py, docs/grammar.md). Amounts are
+exact decimals (a JSON number or a decimal string, at most 2 places); balances and
+totals are exact sums (the grammar's `EXACT` context), written as strings so nothing rounds them.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
+
+from pairing.grammar import EXACT, Rejection, decode_object, identity, identity_bytes, number
 
 MAX_PLACES = 2
 ACCOUNT_STATUSES = ("open", "closed")
@@ -48,78 +51,75 @@ class Totals:
     balance: Decimal = Decimal(0)  # as of the last validated deposit
 
 
-def _object(raw: bytes | None) -> dict[str, Any] | str:
-    if not raw:
-        return "invalid: empty"
-    try:
-        parsed = json.loads(raw, parse_float=Decimal)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return f"invalid: not JSON ({exc.__class__.__name__})"
-    if not isinstance(parsed, dict):
-        return "invalid: not a JSON object"
-    return parsed
+def _id(record: dict[str, Any], field: str) -> str | Rejection:
+    if record.get(field) in (None, ""):
+        return Rejection(f"missing {field}")
+    return identity(record[field], field)
 
 
-def _text(record: dict[str, Any], field: str) -> str | None:
-    value = record.get(field)
-    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
-        return None
-    return str(value)
-
-
-def parse_amount(value: Any) -> Decimal | str:
-    if isinstance(value, bool) or not isinstance(value, (int, Decimal, str)):
-        return "invalid: amount must be a number or a decimal string"
-    try:
-        amount = Decimal(value)
-    except InvalidOperation:
-        return "invalid: amount is not a decimal"
-    if not amount.is_finite():
-        return "invalid: amount is not finite"
+def _amount(value: Any) -> Decimal | Rejection:
+    amount = number(value, "amount", text_too=True)
+    if isinstance(amount, Rejection):
+        return amount
+    amount = Decimal(amount)
     exponent = amount.as_tuple().exponent
     if isinstance(exponent, int) and exponent < -MAX_PLACES:
-        return f"invalid: amount has more than {MAX_PLACES} decimal places"
+        return Rejection(f"amount has more than {MAX_PLACES} decimal places")
     if amount <= 0:
-        return "invalid: amount must be positive"
+        return Rejection("amount must be positive")
     return amount
 
 
-def parse_deposit(raw: bytes | None) -> Deposit | str:
-    """A deposit, or why it is invalid."""
-    record = _object(raw)
-    if isinstance(record, str):
+def _deposit(raw: bytes | None) -> Deposit | Rejection:
+    record = decode_object(raw)
+    if isinstance(record, Rejection):
         return record
-    account, deposit_id = _text(record, "account"), _text(record, "deposit_id")
-    if account is None:
-        return "invalid: missing account"
-    if deposit_id is None:
-        return "invalid: missing deposit_id"
-    amount = parse_amount(record.get("amount"))
-    if isinstance(amount, str):
+    account = _id(record, "account")
+    if isinstance(account, Rejection):
+        return account
+    deposit_id = _id(record, "deposit_id")
+    if isinstance(deposit_id, Rejection):
+        return deposit_id
+    amount = _amount(record.get("amount"))
+    if isinstance(amount, Rejection):
         return amount
     time = record.get("time")
     return Deposit(account, amount, deposit_id, time if isinstance(time, str) else "")
 
 
-def parse_account_change(key: bytes | None, raw: bytes | None) -> AccountChange | str:
-    """An account opened or closed, or deleted (a tombstone: the key, no value)."""
+def parse_deposit(raw: bytes | None) -> Deposit | str:
+    """A deposit, or why it is invalid."""
+    parsed = _deposit(raw)
+    return f"invalid: {parsed.reason}" if isinstance(parsed, Rejection) else parsed
+
+
+def _account_change(key: bytes | None, raw: bytes | None) -> AccountChange | Rejection:
     if raw is None:
         if not key:
-            return "invalid: a tombstone without a key"
-        return AccountChange(key.decode(errors="replace"), None)
-    record = _object(raw)
-    if isinstance(record, str):
+            return Rejection("a tombstone without a key")
+        account = identity_bytes(key, "key")
+        return account if isinstance(account, Rejection) else AccountChange(account, None)
+    record = decode_object(raw)
+    if isinstance(record, Rejection):
         return record
-    account, status = _text(record, "account"), record.get("status")
-    if account is None:
-        return "invalid: missing account"
+    account, status = _id(record, "account"), record.get("status")
+    if isinstance(account, Rejection):
+        return account
     if status not in ACCOUNT_STATUSES:
-        return f"invalid: status must be one of {', '.join(ACCOUNT_STATUSES)}"
+        return Rejection(f"status must be one of {', '.join(ACCOUNT_STATUSES)}")
     return AccountChange(account, status)
 
 
+def parse_account_change(key: bytes | None, raw: bytes | None) -> AccountChange | str:
+    """An account opened or closed, or deleted (a tombstone: the key, no value)."""
+    parsed = _account_change(key, raw)
+    return f"invalid: {parsed.reason}" if isinstance(parsed, Rejection) else parsed
+
+
 def apply_change(account: Account | None, change: AccountChange) -> Account | None:
-    """The account after a change; its balance survives a close and a reopen."""
+    """The account after a change; its balance survives a close and a reopen, not a
+    deletion. The ledger's totals and the deposit ids taken are the account id's, for its
+    lifetime (docs/chain.md)."""
     if change.status is None:
         return None
     if account is None:
@@ -135,7 +135,8 @@ def validate(deposit: Deposit, account: Account | None, seen: bool) -> Account |
         return "rejected: account closed"
     if seen:
         return "rejected: duplicate deposit_id"
-    return replace(account, balance=account.balance + deposit.amount, deposits=account.deposits + 1)
+    balance = EXACT.add(account.balance, deposit.amount)
+    return replace(account, balance=balance, deposits=account.deposits + 1)
 
 
 def record(deposit: Deposit, balance: Decimal) -> bytes:
@@ -159,7 +160,7 @@ def parse_validated(raw: bytes) -> tuple[str, Decimal, Decimal]:
 
 def add(totals: Totals | None, amount: Decimal, balance: Decimal) -> Totals:
     before = totals or Totals()
-    return Totals(before.total + amount, before.count + 1, balance)
+    return Totals(EXACT.add(before.total, amount), before.count + 1, balance)
 
 
 def encode_account(account: Account) -> bytes:

@@ -19,7 +19,8 @@ from __future__ import annotations
 import heapq
 import json
 from dataclasses import dataclass, field
-from typing import Any
+
+from pairing.grammar import Rejection, decode_object, parse_day
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,19 @@ class Waiting:
     pair: bytes
     time_us: int
     since: float  # wall clock
+
+
+def row_rejection(key: bytes | None, value: bytes | None) -> str | None:
+    """Why a reference row cannot be stored (docs/grammar.md), or None: its key must be a
+    calendar day, its value a JSON object or a tombstone."""
+    parsed_day = parse_day(key)
+    if isinstance(parsed_day, Rejection):
+        return f"invalid: key {parsed_day.reason}"
+    if value is not None:
+        row = decode_object(value)
+        if isinstance(row, Rejection):
+            return f"invalid: row: {row.reason}"
+    return None
 
 
 def day_of(key: str) -> str:
@@ -121,10 +135,22 @@ class Enricher:
 
 
 def enriched_record(enriched: Enriched) -> bytes:
-    record: dict[str, Any] = {
-        "pair": json.loads(enriched.pair),
-        "reference": None if enriched.row is None else json.loads(enriched.row),
-        "enriched": enriched.reason is None,
-        "reason": enriched.reason,
-    }
-    return json.dumps(record).encode()
+    """The pair and its row spliced in as they came: both are JSON objects already (the
+    pair written by pairing, the row checked by `row_rejection`), and a round trip
+    through json would turn their decimals into floats."""
+    reference = b"null" if enriched.row is None else enriched.row
+    reason = b"null" if enriched.reason is None else json.dumps(enriched.reason).encode()
+    enriched_flag = b"true" if enriched.reason is None else b"false"
+    return b"".join(
+        (
+            b'{"pair":',
+            enriched.pair,
+            b',"reference":',
+            reference,
+            b',"enriched":',
+            enriched_flag,
+            b',"reason":',
+            reason,
+            b"}",
+        )
+    )

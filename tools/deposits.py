@@ -20,6 +20,7 @@ from decimal import Decimal
 
 from app.settings import Settings
 from pairing.deposits import parse_deposit
+from pairing.grammar import EXACT
 from tools.generate import Record, produce
 
 INVALID_DEPOSITS: list[bytes | None] = [
@@ -33,6 +34,10 @@ INVALID_DEPOSITS: list[bytes | None] = [
     b'{"account": "acct-0", "deposit_id": "places", "amount": "1.001"}',
     b'{"account": "acct-0", "deposit_id": "text", "amount": "ten"}',
     b'{"account": "acct-0", "deposit_id": "bool", "amount": true}',
+    # Past the bound (docs/grammar.md): the first crashed validation with decimal.Overflow.
+    b'{"account": "acct-0", "deposit_id": "huge", "amount": 1e999999999}',
+    b'{"account": "acct-0", "deposit_id": "wide", "amount": "%s"}' % (b"9" * 400),
+    b'{"account": "acct-0", "deposit_id": "spaced", "amount": " 1.00"}',
 ]
 
 
@@ -111,9 +116,8 @@ def expected(accounts: list[Record], deposits: list[Record]) -> Expected:
             model.dead_lettered += 1
             continue
         seen.add(key)
-        model.balances[deposit.account] = (
-            model.balances.get(deposit.account, Decimal(0)) + deposit.amount
-        )
+        before = model.balances.get(deposit.account, Decimal(0))
+        model.balances[deposit.account] = EXACT.add(before, deposit.amount)
         model.counts[deposit.account] += 1
         model.validated += 1
     return model

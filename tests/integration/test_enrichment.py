@@ -107,6 +107,10 @@ async def test_present_missing_late_changed_and_deleted_rows_through_a_kill(
             (DAYS["changed"], ROWS["before"]),
             (DAYS["deleted"], ROWS["deleted"]),
             ("not-a-day", b"{}"),
+            ("2024-02-30", b"{}"),
+            # Braces around it passed the old check: stored, it met the missing day's pairs
+            # and crashed enrichment (JSONDecodeError) again and again.
+            (DAYS["missing"], b"{not json}"),
         )
         await applied(3)
         # Pairs whose row comes later or never, then pairs whose row is there.
@@ -153,4 +157,9 @@ async def test_present_missing_late_changed_and_deleted_rows_through_a_kill(
         for _, v in p
         if v
     ]
-    assert [d["reason"] for d in dead] == ["invalid: key must be a day, YYYY-MM-DD"]
+    reasons = sorted(d["reason"] for d in dead)
+    assert reasons[:2] == [
+        "invalid: key is not a calendar day: 2024-02-30",
+        "invalid: key must be a day, YYYY-MM-DD",
+    ]
+    assert len(reasons) == 3 and reasons[2].startswith("invalid: row: malformed JSON"), reasons

@@ -42,12 +42,12 @@ def test_idempotency_key_is_stable_per_message_and_namespaced() -> None:
 
 
 def test_orders_that_cannot_be_delivered_say_why() -> None:
-    assert parse_order(None, 100) == "invalid: empty"
-    assert parse_order(b"", 100) == "invalid: empty"
+    assert str(parse_order(None, 100)).startswith("invalid: empty record")
+    assert parse_order(b"", 100) == "invalid: empty record"
     assert parse_order(b"x" * 101, 100) == "invalid: larger than 100 bytes"
-    assert parse_order(b"{nope", 100) == "invalid: not JSON (JSONDecodeError)"
-    assert str(parse_order(b"\x80\xfe", 100)).startswith("invalid: not JSON")
-    assert parse_order(b"[1]", 100) == "invalid: not a JSON object"
+    assert str(parse_order(b"{nope", 100)).startswith("invalid: malformed JSON")
+    assert parse_order(b"\x80\xfe", 100) == "invalid: malformed JSON: not UTF-8"
+    assert parse_order(b"[1]", 100) == "invalid: not a JSON object but list"
     assert parse_order(b'{"id": 1}', 100) == {"id": 1}
 
 

@@ -15,7 +15,7 @@ from pairing.events import (
     parse_number,
     parse_timestamp,
 )
-from pairing.events import _parse_timestamp as general_parse_timestamp
+from pairing.grammar import _parse_timestamp as general_parse_timestamp
 
 MAX = 4096
 
