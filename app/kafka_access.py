@@ -223,9 +223,7 @@ async def check_permissions(
     needed = list(permissions)
     literal = {p.name for p in needed if p.resource is ResourceType.TOPIC and not p.prefixed}
     topics = sorted(literal | set(internal_topics))
-    admin = AIOKafkaAdminClient(**kafka.aiokafka(), request_timeout_ms=10_000)
     client = AIOKafkaClient(**kafka.aiokafka(), request_timeout_ms=10_000)
-    await admin.start()
     await client.bootstrap()
     try:
         allowed = await _topic_operations(client, topics)
@@ -236,20 +234,14 @@ async def check_permissions(
             for topic, operations in allowed.items()
             if permission.covers(topic) and permission.operation not in operations
         ]
-        creates = [p for p in needed if p.operation is Operation.CREATE]
-        missing += [
-            f"CREATE on topic {topic!r}"
-            for topic in topics
-            if topic not in allowed
-            and any(p.covers(topic) for p in creates)
-            and not await _creatable(admin, topic)
-        ]
         for permission in needed:
             if permission.resource is ResourceType.GROUP and not permission.prefixed:
                 missing += await _group_missing(client, permission)
     finally:
         await client.close()
-        await admin.close()
+    creates = [p for p in needed if p.operation is Operation.CREATE]
+    to_create = [t for t in topics if t not in allowed and any(p.covers(t) for p in creates)]
+    missing += [f"CREATE on topic {topic!r}" for topic in await _uncreatable(kafka, to_create)]
     for permission in needed:
         if permission.resource is ResourceType.TRANSACTIONAL_ID:
             missing += await _transactional_id_missing(kafka, permission)
@@ -260,11 +252,23 @@ async def check_permissions(
         )
 
 
-async def _creatable(admin: AIOKafkaAdminClient, topic: str) -> bool:
-    """Whether the broker would let the caller create `topic` (which does not exist)."""
-    response: Any = await admin.create_topics([NewTopic(topic, 1, 1)], validate_only=True)
-    [(_, error_code, *_)] = response.topic_errors
-    return bool(error_code != TOPIC_AUTHORIZATION_FAILED)
+async def _uncreatable(kafka: KafkaConnection, topics: list[str]) -> list[str]:
+    """Of `topics` (which do not exist), those the broker would not let the caller create;
+    an admin client only when there are any (a restart finds its topics there)."""
+    if not topics:
+        return []
+    admin = AIOKafkaAdminClient(**kafka.aiokafka(), request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        refused = []
+        for topic in topics:
+            response: Any = await admin.create_topics([NewTopic(topic, 1, 1)], validate_only=True)
+            [(_, error_code, *_)] = response.topic_errors
+            if error_code == TOPIC_AUTHORIZATION_FAILED:
+                refused.append(topic)
+        return refused
+    finally:
+        await admin.close()
 
 
 async def _group_missing(client: AIOKafkaClient, permission: Permission) -> list[str]:
