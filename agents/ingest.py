@@ -21,7 +21,7 @@ from app.in_order import runs_once
 from app.outbox import Record
 from app.partition_tasks import PartitionTask
 from app.settings import settings
-from app.step import exactly_once
+from app.step import RunRecords, run_once
 from app.topics import dead_letters, events, keyed_events
 from pairing.events import Rejection, parse_event
 from pairing.records import (
@@ -103,53 +103,55 @@ app.partition_tasks.in_runs.add(conf.events_topic)
 @app.agent(events)
 async def ingest(stream: Any) -> None:
     """Each run of an input partition's records in one step (app/runs.py)."""
-    keyed_topic = keyed_events.get_topic_name()
     dlq_topic = dead_letters.get_topic_name()
     async for event, records in runs_once(app, stream):
-        async with exactly_once(app, event, len(records)) as task:
-            now = time.time()
-            outbox = task.outbox
-            source = task.processor(SourceProgress, load_source)
-            stored = source.progress_us
-            # Counted once a run: a count a record was 1.7% of a worker's CPU.
-            outbox.count("events_in", len(records))
-            rejected = 0
-            topic, partition = task.tp
-            for record in records:
-                raw: bytes | None = record.value
-                record_source = Source(topic, partition, record.offset, record.timestamp)
-                parsed = parse_event(raw, conf.max_event_bytes)
-                if isinstance(parsed, Rejection):
-                    rejected += 1
-                    outbox.send(
-                        dlq_topic,
-                        record.key,
-                        dead_letter_record(parsed.reason, raw, record_source),
-                        None,
-                    )
-                    continue
-                assert raw is not None  # a valid event has a body
-                stamp = source.observe(parsed.time_us, now)
-                if source.must_announce:
-                    # Newly assigned, or back from idle: ahead of its event, so that no
-                    # keyed partition takes this partition as idle when the event arrives
-                    # (told as idle, which it was until this event, it went on counting
-                    # as idle until its next progress reached them with a commit).
-                    update = source.announcement(partition, conf.events_partitions, now)
-                    outbox.send_all(watermark_records(update))
-                outbox.send(
-                    keyed_topic,
-                    parsed.key.encode(),
-                    encode_keyed_event(parsed, raw, record_source, stamp),
-                    partition_for(parsed.key, conf.partitions),
-                )
-            outbox.count("valid", len(records) - rejected)
-            if rejected:
-                outbox.count("dead_lettered", rejected)
-            if source.progress_us is not None and source.progress_us != stored:
-                # Once per run: the run commits as one, and a restart goes on from the
-                # progress of its last event.
-                store_progress(task, source.progress_us)
+        await run_once(app, event, records, ingest_run, dead_letters=dlq_topic)
+
+
+def ingest_run(task: PartitionTask, records: RunRecords) -> None:
+    """Validate and re-key a run's records; what is invalid is dead-lettered."""
+    keyed_topic = keyed_events.get_topic_name()
+    dlq_topic = dead_letters.get_topic_name()
+    now = time.time()
+    outbox = task.outbox
+    source = task.processor(SourceProgress, load_source)
+    stored = source.progress_us
+    # Counted once a run: a count a record was 1.7% of a worker's CPU.
+    outbox.count("events_in", len(records))
+    rejected = 0
+    topic, partition = task.tp
+    for record in records.each():
+        raw: bytes | None = record.value
+        record_source = Source(topic, partition, record.offset, record.timestamp)
+        parsed = parse_event(raw, conf.max_event_bytes)
+        if isinstance(parsed, Rejection):
+            rejected += 1
+            outbox.send(
+                dlq_topic, record.key, dead_letter_record(parsed.reason, raw, record_source), None
+            )
+            continue
+        assert raw is not None  # a valid event has a body
+        stamp = source.observe(parsed.time_us, now)
+        if source.must_announce:
+            # Newly assigned, or back from idle: ahead of its event, so that no keyed
+            # partition takes this partition as idle when the event arrives (told as
+            # idle, which it was until this event, it went on counting as idle until
+            # its next progress reached them with a commit).
+            update = source.announcement(partition, conf.events_partitions, now)
+            outbox.send_all(watermark_records(update))
+        outbox.send(
+            keyed_topic,
+            parsed.key.encode(),
+            encode_keyed_event(parsed, raw, record_source, stamp),
+            partition_for(parsed.key, conf.partitions),
+        )
+    outbox.count("valid", len(records) - rejected)
+    if rejected:
+        outbox.count("dead_lettered", rejected)
+    if source.progress_us is not None and source.progress_us != stored:
+        # Once per run: the run commits as one, and a restart goes on from the progress
+        # of its last event.
+        store_progress(task, source.progress_us)
 
 
 LOOK_EVERY_SECONDS = min(1.0, conf.idle_timeout_seconds / 2)

@@ -13,7 +13,7 @@ from app.in_order import runs_once
 from app.outbox import Outbox
 from app.partition_tasks import PartitionTask
 from app.settings import settings
-from app.step import exactly_once
+from app.step import RunRecords, run_once
 from app.topics import dead_letters, keyed_events, pairs, unpaired
 from pairing.events import format_time
 from pairing.records import (
@@ -72,49 +72,53 @@ app.partition_tasks.in_runs.add(keyed_events.get_topic_name())
 @app.agent(keyed_events)
 async def pair(stream: Any) -> None:
     """Each run of a keyed partition's records in one step (app/runs.py)."""
+    dlq_topic = dead_letters.get_topic_name()
     async for event, records in runs_once(app, stream):
-        async with exactly_once(app, event, len(records)) as task:
-            outbox = task.outbox
-            keyed_partition = task.processor(KeyedPartition, KeyedPartition)
-            engine = keyed_partition.engine
-            # When the run's pairs were made: one clock read and format per run.
-            paired_at = format_time(datetime.now(UTC))
-            # A run's outputs should be visible within a commit interval of its
-            # earliest input: by the input records' timestamps (when they were sent),
-            # and never later than by ingest's writing the run's first record.
-            earliest_ms = records[0].timestamp
-            produced = False
-            controls = 0  # watermarks and ticks: events_in counts the rest, once a run
-            for record in records:
-                # Max wait's clock: when ingest (or the tick timer) wrote the record. On
-                # the wall clock a pairing stage that falls behind took its own lag for
-                # the watermark standing still, and closed keys whose partner was right
-                # behind.
-                now = record.timestamp / 1000
-                value = record.value
-                assert value is not None  # written by ingest or the tick timer, never empty
-                keyed = None
-                if record.key == WATERMARK_KEY:
-                    controls += 1
-                    outbox.count("watermarks")
-                    outcomes: list[Outcome] = engine.observe(decode_watermark(loads(value)), now)
-                    keyed_partition.state.set_clock(engine.clock)
-                elif value == TICK:
-                    controls += 1
-                    outbox.count("ticks")
-                    outcomes = engine.expire_waiting(now)
-                else:
-                    keyed = decode_keyed_event(value)
-                    sent = keyed.source.timestamp_ms
-                    if sent is not None and 0 <= sent < earliest_ms:
-                        earliest_ms = sent
-                    outcomes = engine.process(keyed.event, keyed.progress_us, now)
-                if outcomes:
-                    produced = True
-                    publish(outcomes, keyed, outbox, paired_at)
-            outbox.count("events_in", len(records) - controls)
-            if produced:
-                task.due_by(earliest_ms / 1000 + commit_lead)
+        await run_once(app, event, records, pair_run, dead_letters=dlq_topic)
+
+
+def pair_run(task: PartitionTask, records: RunRecords) -> None:
+    """Apply the rules to a run's keyed events, watermarks and ticks."""
+    outbox = task.outbox
+    keyed_partition = task.processor(KeyedPartition, KeyedPartition)
+    engine = keyed_partition.engine
+    # When the run's pairs were made: one clock read and format per run.
+    paired_at = format_time(datetime.now(UTC))
+    # A run's outputs should be visible within a commit interval of its earliest
+    # input: by the input records' timestamps (when they were sent), and never later
+    # than by ingest's writing the run's first record.
+    earliest_ms = records[0].timestamp
+    produced = False
+    controls = 0  # watermarks and ticks: events_in counts the rest, once a run
+    for record in records.each():
+        # Max wait's clock: when ingest (or the tick timer) wrote the record. On the
+        # wall clock a pairing stage that falls behind took its own lag for the
+        # watermark standing still, and closed keys whose partner was right behind.
+        now = record.timestamp / 1000
+        value = record.value
+        assert value is not None  # written by ingest or the tick timer, never empty
+        keyed = None
+        if record.key == WATERMARK_KEY:
+            controls += 1
+            outbox.count("watermarks")
+            outcomes: list[Outcome] = engine.observe(decode_watermark(loads(value)), now)
+            keyed_partition.state.set_clock(engine.clock)
+        elif value == TICK:
+            controls += 1
+            outbox.count("ticks")
+            outcomes = engine.expire_waiting(now)
+        else:
+            keyed = decode_keyed_event(value)
+            sent = keyed.source.timestamp_ms
+            if sent is not None and 0 <= sent < earliest_ms:
+                earliest_ms = sent
+            outcomes = engine.process(keyed.event, keyed.progress_us, now)
+        if outcomes:
+            produced = True
+            publish(outcomes, keyed, outbox, paired_at)
+    outbox.count("events_in", len(records) - controls)
+    if produced:
+        task.due_by(earliest_ms / 1000 + commit_lead)
 
 
 def publish(

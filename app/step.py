@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -117,29 +117,106 @@ def _dead_lettered(
     """Whether the step's exception is a processing error to dead-letter (see
     `exactly_once`). If so, the step's effects are gone, and its outbox holds the record
     for `topic` instead, to go into the same transaction as its ack."""
-    if (
-        topic is None
-        or not isinstance(exc, Exception)
-        or isinstance(exc, MUST_STOP)
-        or settings().processing_error_policy == "stop"
-    ):
+    if topic is None or not _processing_error(exc):
         return False
     message = event.message
     if task.held == 0:  # else the caller checked that it sent and wrote nothing
         task.outbox.clear()
         task.writes.discard()
+    _forget_processors(app, task, message.topic)
+    where = Source(message.topic, message.partition, message.offset)
+    _send_dead_letter(task, topic, message.key, message.value, where, exc)
+    return True
+
+
+def _processing_error(exc: BaseException) -> bool:
+    """An error a record caused, to dead-letter under the policy; not one that means
+    the worker must stop."""
+    return (
+        isinstance(exc, Exception)
+        and not isinstance(exc, MUST_STOP)
+        and settings().processing_error_policy != "stop"
+    )
+
+
+def _forget_processors(app: PairstreamApp, task: PartitionTask, topic: str) -> None:
+    """The processor's memory may hold what the undone step did: it is rebuilt from the
+    table, the shared one too (`PartitionTasks.processor_topics`)."""
     task.forget_processor()
     tasks = app.partition_tasks
-    shared = tasks.processor_topics.get(message.topic)
-    owner = None if shared is None else tasks.get(TP(shared, message.partition))
+    shared = tasks.processor_topics.get(topic)
+    owner = None if shared is None else tasks.get(TP(shared, task.tp.partition))
     if owner is not None:
         owner.forget_processor()
+
+
+def _send_dead_letter(
+    task: PartitionTask,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    where: Source,
+    exc: BaseException,
+) -> None:
     reason = f"processing error: {type(exc).__name__}: {exc}"[:REASON_CHARS]
-    where = Source(message.topic, message.partition, message.offset)
-    task.outbox.send(topic, message.key, dead_letter_record(reason, message.value, where), None)
+    task.outbox.send(topic, key, dead_letter_record(reason, value, where), None)
     task.outbox.count("processing_errors")
-    log.warning("dead-lettered record %s@%d to %s: %s", message.tp, message.offset, topic, reason)
-    return True
+    log.warning("dead-lettered record %s@%d to %s: %s", task.tp, where.offset, topic, reason)
+
+
+class RunRecords(list[Any]):
+    """The records of a run (app/runs.py) that a step handles. A handler iterates them
+    with `each()`, which keeps the position of the record being handled, so that a
+    step whose handler raised knows which record to dead-letter."""
+
+    current = -1
+
+    def each(self) -> Iterator[Any]:
+        for index, record in enumerate(self):
+            self.current = index
+            yield record
+        self.current = -1  # what raises after the last record is no record's doing
+
+
+async def run_once(
+    app: PairstreamApp,
+    event: EventT[Any],
+    records: Sequence[Any],
+    handle: Callable[[PartitionTask, RunRecords], None],
+    *,
+    dead_letters: str,
+) -> None:
+    """A run's step with the processing-error boundary. `handle` (no await) processes
+    the records; when it raises on one with a processing error, everything the step did
+    is undone and the run handled again without that record, which goes to
+    `dead_letters` with the exception, in the same transaction. Undoing while the
+    partition commits follows `exactly_once`'s rule: only if the step has sent and
+    written nothing yet, or it is the first held; else the worker crashes, and the run
+    comes again after the restart."""
+    async with exactly_once(app, event, len(records)) as task:
+        mark = len(task.outbox.records)
+        todo = RunRecords(records)
+        failed: list[tuple[Any, Exception]] = []
+        while True:
+            try:
+                handle(task, todo)
+                break
+            except Exception as exc:
+                undoable = task.held == 0 or (
+                    len(task.outbox.records) == mark and not task.writes.touched
+                )
+                if not (undoable and _processing_error(exc)) or todo.current < 0:
+                    raise
+                if task.held == 0:
+                    task.outbox.clear()
+                    task.writes.discard()
+                _forget_processors(app, task, task.tp.topic)
+                failed.append((todo[todo.current], exc))
+                todo = RunRecords(r for i, r in enumerate(todo) if i != todo.current)
+        topic, partition = task.tp
+        for record, error in failed:
+            where = Source(topic, partition, record.offset, record.timestamp)
+            _send_dead_letter(task, dead_letters, record.key, record.value, where, error)
 
 
 async def before_step(app: PairstreamApp, waiting: Awaitable[object]) -> None:

@@ -163,3 +163,57 @@ async def test_a_stop_policy_or_a_failed_transaction_crashes_the_step(
     assert handler.acked == [0] and len(handler.sent) == 1
     assert task.loaded(Seen) is None and task.outbox.records == []
     assert app.partition_tasks.stats.partitions[DEPOSITS]["processing_errors"] == 0
+
+
+def run_of(handler: Handler, values: list[bytes]) -> tuple[Any, list[Any]]:
+    """A run's event (its offset the last record's) and its records."""
+    records = [
+        SimpleNamespace(offset=offset, timestamp=1_000 + offset, key=b"k%d" % offset, value=v)
+        for offset, v in enumerate(values)
+    ]
+    return handler.event(len(values) - 1, b""), records
+
+
+def handle_run(handler: Handler) -> Callable[[PartitionTask, step.RunRecords], None]:
+    def handle(task: PartitionTask, records: step.RunRecords) -> None:
+        for record in records.each():
+            handler.handle(task, record.offset, record.value)
+
+    return handle
+
+
+async def test_a_run_goes_on_past_its_poison_records_in_one_transaction(
+    handler: Handler,
+) -> None:
+    event, records = run_of(handler, [b"{}", POISON, b"{}", POISON, b"{}"])
+    await step.run_once(app, event, records, handle_run(handler), dead_letters=DLQ)
+    assert handler.acked == [4]
+    (sent,) = handler.sent  # one transaction: the run's
+    outputs = [value for topic, _, value, _ in sent if topic == "deposits.validated"]
+    writes = [key for topic, key, _, _ in sent if topic == "state"]
+    assert outputs == [b"out 0", b"out 2", b"out 4"]  # none of a poison record's, once each
+    assert writes == [b"seen 0", b"seen 2", b"seen 4"]
+    letters = [dead_letter(record) for record in sent if record[0] == DLQ]
+    assert [(d["key"], d["source_offset"], d["value"]) for d in letters] == [
+        (b"k1", 1, POISON.decode()),
+        (b"k3", 3, POISON.decode()),
+    ]
+    assert {d["reason"] for d in letters} == {"processing error: Overflow: above Emax"}
+    task = app.partition_tasks.get(DEPOSITS)
+    assert task is not None and task.loaded(Seen) == [0, 2, 4]
+    counts = app.partition_tasks.stats.partitions[DEPOSITS]
+    assert (counts["processing_errors"], counts["validated"]) == (2, 3)
+
+
+async def test_a_run_that_raises_after_its_records_crashes_the_step(handler: Handler) -> None:
+    event, records = run_of(handler, [b"{}", b"{}"])
+
+    def handle(task: PartitionTask, run: step.RunRecords) -> None:
+        handle_run(handler)(task, run)
+        raise Overflow("no record's doing")
+
+    with pytest.raises(Overflow):
+        await step.run_once(app, event, records, handle, dead_letters=DLQ)
+    assert handler.acked == [] and handler.sent == []
+    task = app.partition_tasks.get(DEPOSITS)
+    assert task is not None and task.loaded(Seen) is None and task.outbox.records == []
