@@ -7,16 +7,29 @@ a pair, an unpaired event (expired or late), or a valid event as pairing saw it
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import DecimalType
 
 from analytics.event_time import keyed_event
 from analytics.lake import Lake
 from app.settings import Settings
+from pairing.grammar import fixed_point
+from pairing.records import loads
 
-AMOUNT = "decimal(38,18)"
-PAIR = "struct<timestamp:string,sum:decimal(38,18),a_id:string,b_id:string,paired_at:string>"
+# Spark's widest decimal: 20 digits before the point and 18 after. A pair's sum is read
+# into it only where it fits exactly (docs/grammar.md); the others are counted apart.
+AMOUNT = DecimalType(38, 18)
+PAIR = "struct<timestamp:string,a_id:string,b_id:string,paired_at:string>"
 UNPAIRED = "struct<timestamp:string,id:string,reason:string>"
+
+
+@F.udf(returnType=AMOUNT, useArrow=False)
+def _pair_sum(value: bytes) -> Decimal | None:
+    """The pair's exact sum, or None where `decimal(38,18)` cannot hold it exactly."""
+    return fixed_point(loads(value)["sum"], AMOUNT.precision - AMOUNT.scale, AMOUNT.scale)
 
 
 def latency_ms(later: str, earlier: str) -> Column:
@@ -30,13 +43,15 @@ def outcomes(spark: SparkSession, lake: Lake) -> DataFrame:
     def bronze(source: str) -> DataFrame:
         return spark.read.format("delta").load(lake.bronze(source))
 
-    def parsed(source: str, schema: str) -> DataFrame:
-        return bronze(source).select(F.from_json(F.col("value").cast("string"), schema).alias("r"))
+    def parsed(source: str, schema: str, *extra: Column) -> DataFrame:
+        return bronze(source).select(
+            F.from_json(F.col("value").cast("string"), schema).alias("r"), *extra
+        )
 
-    pairs = parsed("pairs", PAIR).select(
+    pairs = parsed("pairs", PAIR, _pair_sum(F.col("value")).alias("amount")).select(
         F.to_timestamp("r.timestamp").alias("ts"),
         F.lit("pair").alias("kind"),
-        F.col("r.sum").alias("amount"),
+        "amount",
         (
             (
                 F.unix_micros(F.to_timestamp("r.paired_at"))
@@ -72,6 +87,11 @@ def _count(kind: str) -> Column:
     return F.count(F.when(F.col("kind") == kind, 1))
 
 
+def _unsummed() -> Column:
+    """Pairs whose sum `decimal(38,18)` cannot hold: in `pairs`, not in the sum or mean."""
+    return F.count(F.when((F.col("kind") == "pair") & F.col("amount").isNull(), 1))
+
+
 def _settled_rates(frame: DataFrame) -> DataFrame:
     """Shares of the settled events: both sides of each pair, expired, late."""
     settled = F.col("pairs") * 2 + F.col("expired") + F.col("late")
@@ -87,6 +107,7 @@ def aggregate(frame: DataFrame, window: Column) -> DataFrame:
         _count("pair").alias("pairs"),
         F.sum(F.when(pair, F.col("amount"))).alias("pair_sum"),
         F.avg(F.when(pair, F.col("amount"))).alias("pair_mean"),
+        _unsummed().alias("pairs_unsummed"),
         _count("expired").alias("expired"),
         _count("late").alias("late"),
         _count("valid").alias("valid"),
@@ -103,6 +124,7 @@ def aggregate(frame: DataFrame, window: Column) -> DataFrame:
                 "pairs",
                 "pair_sum",
                 "pair_mean",
+                "pairs_unsummed",
                 "expired",
                 "late",
                 "valid",
@@ -126,6 +148,7 @@ def sliding(frame: DataFrame, seconds: int) -> DataFrame:
     per_instant = frame.groupBy(F.unix_micros("ts").alias("t")).agg(
         _count("pair").alias("pairs"),
         F.sum(F.when(F.col("kind") == "pair", F.col("amount"))).alias("pair_sum"),
+        _unsummed().alias("pairs_unsummed"),
         _count("expired").alias("expired"),
         _count("late").alias("late"),
     )
@@ -133,9 +156,13 @@ def sliding(frame: DataFrame, seconds: int) -> DataFrame:
     slid = per_instant.select(
         F.timestamp_micros(F.col("t") - seconds * 1_000_000).alias("window_start"),
         F.timestamp_micros("t").alias("window_end"),
-        *(F.sum(c).over(span).alias(c) for c in ("pairs", "pair_sum", "expired", "late")),
+        *(
+            F.sum(c).over(span).alias(c)
+            for c in ("pairs", "pair_sum", "pairs_unsummed", "expired", "late")
+        ),
     )
-    mean = F.when(F.col("pairs") > 0, F.col("pair_sum") / F.col("pairs"))
+    summed = F.col("pairs") - F.col("pairs_unsummed")
+    mean = F.when(summed > 0, F.col("pair_sum") / summed)
     return _settled_rates(slid.withColumn("pair_mean", mean)).orderBy("window_end")
 
 

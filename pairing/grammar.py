@@ -168,6 +168,19 @@ def normalized(value: Decimal) -> Decimal:
     return value.normalize(EXACT)
 
 
+def fixed_point(value: Number, integer_digits: int, places: int) -> Decimal | None:
+    """`value` with exactly `places` digits after the point, if that holds it exactly and
+    it has at most `integer_digits` before; else None, never a rounded value (Spark's
+    widest decimal, `decimal(38,18)`, holds 20 and 18: docs/grammar.md)."""
+    exact = Decimal(value)
+    if exact and exact.adjusted() >= integer_digits:
+        return None
+    try:
+        return exact.quantize(Decimal(1).scaleb(-places), context=EXACT)
+    except (Inexact, Rounded):
+        return None
+
+
 # --- identities -------------------------------------------------------------------
 
 

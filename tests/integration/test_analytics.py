@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +227,33 @@ async def test_windows_match_a_plain_python_computation(
     got_sliding = {row.window_end.replace(tzinfo=UTC): row.pairs for row in sliding}
     assert got_sliding == sliding_by_hand(times, conf.sliding_window_seconds)
     assert lake.chart.stat().st_size > 0
+
+
+def test_window_sums_are_exact_or_counted_apart(spark: SparkSession, tmp_path: Path) -> None:
+    """Sums `decimal(38,18)` holds exactly are summed; the others (1e30 + 12.34, 400
+    digits, 22 places) are counted in pairs_unsummed, never rounded or taken for 0."""
+    conf = Settings(lake_dir=tmp_path / "lake")
+    lake = Lake.of(conf)
+    at = "2024-02-09T21:00:00.000000Z"
+    sums = ["12.34", "-2.000000000000000001", "1000000000000000000000000000012.34",
+            "9" * 400, "0.1234567890123456789012"]  # fmt: skip
+    pairs = [
+        (f'{{"timestamp": "{at}", "sum": {text}, "a_id": "a{i}", "b_id": "b{i}",'
+         f' "paired_at": "{at}"}}').encode()
+        for i, text in enumerate(sums)
+    ]  # fmt: skip
+    schema = (
+        "topic string, partition int, offset long, timestamp timestamp, key binary, value binary"
+    )
+    for name, values in (("pairs", pairs), ("unpaired", []), ("keyed", [])):
+        rows = [("t", 0, offset, datetime.now(UTC), None, v) for offset, v in enumerate(values)]
+        spark.createDataFrame(rows, schema).write.format("delta").save(lake.bronze(name))
+    windows(spark, conf)
+    for kind in ("tumbling", "sliding"):
+        (row,) = spark.read.format("delta").load(lake.gold(f"windows_{kind}")).collect()
+        assert (row.pairs, row.pairs_unsummed) == (5, 3), kind
+        assert row.pair_sum == Decimal("10.339999999999999999"), kind
+        assert abs(row.pair_mean - row.pair_sum / 2) < Decimal("1e-17"), kind  # of 2 sums
 
 
 def input_event(kind: str, at: str, identity: str, value: int) -> bytes:

@@ -16,6 +16,7 @@ from pairing.events import (
     parse_timestamp,
 )
 from pairing.grammar import _parse_timestamp as general_parse_timestamp
+from pairing.grammar import fixed_point
 
 MAX = 4096
 
@@ -205,3 +206,28 @@ _SHAPE = "0123456789-:T +Z.x\u0663"  # digits, the separators, and characters ne
 )
 def test_plain_timestamps_read_as_the_general_way_reads_them(text: str) -> None:
     assert parse_timestamp(text) == general_parse_timestamp(text)
+
+
+@pytest.mark.parametrize(
+    ("value", "fits"),
+    [
+        (Decimal("12.34"), True),
+        (7, True),
+        (Decimal("-99999999999999999999.999999999999999999"), True),  # 20 + 18 digits
+        (Decimal("1E+2"), True),
+        (Decimal(0), True),
+        (Decimal("100000000000000000000"), False),  # 21 integer digits
+        (Decimal("1000000000000000000000000000012.34"), False),
+        (Decimal("0.1234567890123456789012"), False),  # 22 places: never rounded
+        (Decimal("1e-300"), False),
+        (int("9" * 100), False),
+    ],
+)
+def test_a_fixed_point_holds_the_value_exactly_or_not_at_all(
+    value: Decimal | int, fits: bool
+) -> None:
+    found = fixed_point(value, 20, 18)
+    if fits:
+        assert found == value and found is not None and found.as_tuple().exponent == -18
+    else:
+        assert found is None
