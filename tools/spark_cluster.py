@@ -53,7 +53,7 @@ def start(port: int = 7077, run: Path = ROOT / ".run" / "spark", timeout: float 
     url = f"spark://127.0.0.1:{port}"
     _daemon(run, "start", MASTER, "--host", "127.0.0.1", "--port", str(port),
             "--webui-port", str(port + 1000))  # fmt: skip
-    _daemon(run, "start", WORKER, "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
+    _daemon(run, "start", WORKER, "--host", "127.0.0.1", "--cores", "2", "--memory", "1g",
             "--webui-port", str(port + 1001), url)  # fmt: skip
     deadline = time.monotonic() + timeout
     while not any("Successfully registered with master" in log.read_text(errors="replace")
