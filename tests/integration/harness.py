@@ -347,8 +347,8 @@ async def input_left_uncommitted(pipeline: Pipeline, within: float = 15.0) -> di
     """Input partitions whose committed offset is still short of their end `within`
     seconds after every output came out. Each step's outputs commit with its offset,
     so none should be: one that is had its outputs committed without its offset, and
-    the partition's next owner would process it again (docs/fault-matrix.md, dead
-    letters twice)."""
+    the partition's next owner would process it again (docs/fault-matrix.md's defects:
+    invalid inputs dead-lettered twice)."""
     conf = pipeline.conf
     tps = [TP(conf.events_topic, p) for p in range(conf.events_partitions)]
     ends = await end_offsets(conf, tps)

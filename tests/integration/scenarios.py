@@ -165,8 +165,8 @@ def forgotten_events(changelog: list[list[Record]]) -> list[tuple[int, int, str]
     """(partition, index, key) of each committed key state that leaves out an event its
     key's committed state before it had seen. The rules only ever add to `seen` until a
     key is deleted, so each is a state built on an older one than the last committed:
-    a worker that took the partition over without all of its changelog (seed 4471,
-    docs/fault-matrix.md: 180 of them, all on one partition, within a second)."""
+    a worker that took the partition over without all of its changelog (seed 4471 in
+    docs/fault-matrix.md's defects: 180 of them, all on one partition, within a second)."""
     found = []
     for number, partition in enumerate(changelog):
         seen: dict[bytes, set[str]] = {}
