@@ -34,3 +34,8 @@ def test_relative_links_in_the_docs_lead_to_files() -> None:
         if not (page.parent / target).exists()
     ]
     assert broken == []
+
+
+def test_the_figures_pages_hold_the_latest_readings_only() -> None:
+    for page in ("BENCHMARKS.md", "fault-matrix.md"):
+        assert len((ROOT / "docs" / page).read_text().splitlines()) < 300, page
