@@ -74,10 +74,9 @@ async def exactly_once(
             try:
                 yield task
             except BaseException as exc:
-                undoable = task.held == 0 or (
-                    len(task.outbox.records) == mark and not task.writes.touched
-                )
-                if not (undoable and _dead_lettered(app, task, event, exc, dead_letters)):
+                if not (
+                    _undoable(task, mark) and _dead_lettered(app, task, event, exc, dead_letters)
+                ):
                     task.broken = True
                     app.add_future(app.crash(exc))
                     raise
@@ -120,10 +119,7 @@ def _dead_lettered(
     if topic is None or not _processing_error(exc):
         return False
     message = event.message
-    if task.held == 0:  # else the caller checked that it sent and wrote nothing
-        task.outbox.clear()
-        task.writes.discard()
-    _forget_processors(app, task, message.topic)
+    _undo(app, task)  # the caller checked that it can be undone
     where = Source(message.topic, message.partition, message.offset)
     _send_dead_letter(task, topic, message.key, message.value, where, exc)
     return True
@@ -139,12 +135,22 @@ def _processing_error(exc: BaseException) -> bool:
     )
 
 
-def _forget_processors(app: PairstreamApp, task: PartitionTask, topic: str) -> None:
-    """The processor's memory may hold what the undone step did: it is rebuilt from the
-    table, the shared one too (`PartitionTasks.processor_topics`)."""
+def _undoable(task: PartitionTask, mark: int) -> bool:
+    """Whether a step that began with `mark` records in the outbox can be undone: it is
+    the only one in the outbox and its table writes, or it sent and wrote nothing."""
+    return task.held == 0 or (len(task.outbox.records) == mark and not task.writes.touched)
+
+
+def _undo(app: PairstreamApp, task: PartitionTask) -> None:
+    """Undo an undoable step (`_undoable`): its outbox and table writes go, if it has any,
+    and the processor's memory, which may hold what it did, is rebuilt from the table,
+    the shared one's too (`PartitionTasks.processor_topics`)."""
+    if task.held == 0:
+        task.outbox.clear()
+        task.writes.discard()
     task.forget_processor()
     tasks = app.partition_tasks
-    shared = tasks.processor_topics.get(topic)
+    shared = tasks.processor_topics.get(task.tp.topic)
     owner = None if shared is None else tasks.get(TP(shared, task.tp.partition))
     if owner is not None:
         owner.forget_processor()
@@ -202,15 +208,9 @@ async def run_once(
                 handle(task, todo)
                 break
             except Exception as exc:
-                undoable = task.held == 0 or (
-                    len(task.outbox.records) == mark and not task.writes.touched
-                )
-                if not (undoable and _processing_error(exc)) or todo.current < 0:
+                if not (_undoable(task, mark) and _processing_error(exc)) or todo.current < 0:
                     raise
-                if task.held == 0:
-                    task.outbox.clear()
-                    task.writes.discard()
-                _forget_processors(app, task, task.tp.topic)
+                _undo(app, task)
                 failed.append((todo[todo.current], exc))
                 todo = RunRecords(r for i, r in enumerate(todo) if i != todo.current)
         topic, partition = task.tp
