@@ -24,6 +24,8 @@ COPY pairing /tmp/src/pairing
 COPY app /tmp/src/app
 COPY agents /tmp/src/agents
 COPY tables /tmp/src/tables
+COPY delivery /tmp/src/delivery
+COPY web /tmp/src/web
 COPY analytics /tmp/src/analytics
 COPY tools /tmp/src/tools
 COPY bench /tmp/src/bench

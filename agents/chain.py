@@ -21,13 +21,12 @@ from typing import Any
 
 from faust.web import Request, Response, View
 
+from app.exactly_once.in_order import events_once
+from app.exactly_once.outbox import Outbox
+from app.exactly_once.step import exactly_once
 from app.faust_app import app
-from app.in_order import events_once
-from app.outbox import Outbox
 from app.settings import settings
-from app.step import exactly_once
 from app.topics import bytes_topic
-from app.web import from_owner
 from pairing.deposits import (
     add,
     apply_change,
@@ -44,6 +43,7 @@ from pairing.deposits import (
 from pairing.records import Source, dead_letter_record
 from pairing.routing import partition_for
 from tables import TableWriter, bytes_table
+from web.pages import from_owner
 
 conf = settings()
 DEPOSITS = conf.deposits_by_account_topic

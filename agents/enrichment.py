@@ -18,12 +18,12 @@ from typing import Any
 
 from faust.types import TP
 
+from app.exactly_once.in_order import events_once
+from app.exactly_once.outbox import Outbox
+from app.exactly_once.partition_tasks import PartitionTask
+from app.exactly_once.step import exactly_once
 from app.faust_app import app
-from app.in_order import events_once
-from app.outbox import Outbox
-from app.partition_tasks import PartitionTask
 from app.settings import settings
-from app.step import exactly_once
 from app.topics import bytes_topic
 from pairing.enrichment import (
     Enriched,

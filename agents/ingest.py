@@ -15,13 +15,13 @@ from typing import Any
 
 from faust.types import TP
 
-from app.backlog import caught_up
+from app.exactly_once.backlog import caught_up
+from app.exactly_once.in_order import runs_once
+from app.exactly_once.outbox import Record
+from app.exactly_once.partition_tasks import PartitionTask
+from app.exactly_once.step import RunRecords, run_once
 from app.faust_app import app
-from app.in_order import runs_once
-from app.outbox import Record
-from app.partition_tasks import PartitionTask
 from app.settings import settings
-from app.step import RunRecords, run_once
 from app.topics import dead_letters, events, keyed_events
 from pairing.events import Rejection, parse_event
 from pairing.records import (
@@ -102,7 +102,7 @@ app.partition_tasks.in_runs.add(conf.events_topic)
 
 @app.agent(events)
 async def ingest(stream: Any) -> None:
-    """Each run of an input partition's records in one step (app/runs.py)."""
+    """Each run of an input partition's records in one step (app/exactly_once/runs.py)."""
     dlq_topic = dead_letters.get_topic_name()
     async for event, records in runs_once(app, stream):
         await run_once(app, event, records, ingest_run, dead_letters=dlq_topic)

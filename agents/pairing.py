@@ -7,13 +7,13 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from app.commit_schedule import lead
+from app.exactly_once.commit_schedule import lead
+from app.exactly_once.in_order import runs_once
+from app.exactly_once.outbox import Outbox
+from app.exactly_once.partition_tasks import PartitionTask
+from app.exactly_once.step import RunRecords, run_once
 from app.faust_app import app
-from app.in_order import runs_once
-from app.outbox import Outbox
-from app.partition_tasks import PartitionTask
 from app.settings import settings
-from app.step import RunRecords, run_once
 from app.topics import dead_letters, keyed_events, pairs, unpaired
 from pairing.events import format_time
 from pairing.records import (
@@ -71,7 +71,7 @@ app.partition_tasks.in_runs.add(keyed_events.get_topic_name())
 
 @app.agent(keyed_events)
 async def pair(stream: Any) -> None:
-    """Each run of a keyed partition's records in one step (app/runs.py)."""
+    """Each run of a keyed partition's records in one step (app/exactly_once/runs.py)."""
     dlq_topic = dead_letters.get_topic_name()
     async for event, records in runs_once(app, stream):
         await run_once(app, event, records, pair_run, dead_letters=dlq_topic)

@@ -15,8 +15,8 @@ import time
 
 from analytics.jobs import JOBS, run
 from analytics.spark import JARS, spark_jars
-from app.kafka_access import EX_CONFIG, KafkaAccessError
-from app.kafka_connection import KafkaConfigError
+from app.kafka.access import EX_CONFIG, KafkaAccessError
+from app.kafka.connection import KafkaConfigError
 from app.settings import Settings, settings
 
 

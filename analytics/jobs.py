@@ -9,7 +9,7 @@ from analytics.lake import Lake
 from analytics.reconcile import reconcile
 from analytics.spark import spark_session
 from analytics.windows import windows
-from app.kafka_access import analytics_permissions, check_access
+from app.kafka.access import analytics_permissions, check_access
 from app.settings import Settings
 
 JOBS = ("ingest", "windows", "reconcile", "all")

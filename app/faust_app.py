@@ -10,31 +10,32 @@ import faust
 from faust.tables import TableManager
 from mode import ServiceT
 
-from app import internals
-from app.consumer import ExactlyOnceTransport
-from app.flow_queue import RebalanceSafeQueue
-from app.kafka_admin import wait_until_ready
-from app.kafka_connection import KafkaConfigError
-from app.partition_tasks import PartitionTasks
+from app.exactly_once import internals
+from app.exactly_once.flow_queue import RebalanceSafeQueue
+from app.exactly_once.partition_tasks import PartitionTasks
+from app.exactly_once.transport import ExactlyOnceTransport
+from app.kafka.admin import wait_until_ready
+from app.kafka.connection import KafkaConfigError
 from app.settings import settings
-from app.web_auth import token_middleware
 from app.worker import PairstreamWorker, exit_for_config
+from web.auth import token_middleware
 
 if TYPE_CHECKING:
-    from app.delivery import Dispatcher
+    from delivery.dispatcher import Dispatcher
 
 log = logging.getLogger(__name__)
 
 
 class PairstreamApp(faust.App):
-    """faust.App with a transport whose commits never split an event (app/consumer.py),
-    buffers a rebalance clears for good (app/flow_queue.py), the registry of this
+    """faust.App with a transport whose commits never split an event
+    (app/exactly_once/transport.py),
+    buffers a rebalance clears for good (app/exactly_once/flow_queue.py), the registry of this
     worker's partition tasks, and the delivery dispatcher."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.partition_tasks = PartitionTasks()
-        self.delivery: Dispatcher | None = None  # set by agents/delivery.py when enabled
+        self.delivery: Dispatcher | None = None  # set by delivery/agent.py when enabled
 
     def _new_transport(self) -> Any:
         return ExactlyOnceTransport(self.conf.broker_consumer, self)
@@ -125,7 +126,7 @@ def create_app() -> PairstreamApp:
         web_port=conf.web_port,
         canonical_url=conf.web_canonical_url or f"http://{conf.web_host}:{conf.web_port}",
         web_in_thread=False,
-        # Every page behind the web token but the open ones, in one place (app/web_auth.py).
+        # Every page behind the web token but the open ones, in one place (web/auth.py).
         web_application_options={
             "middlewares": [token_middleware(conf.web_token, conf.web_open_metrics)]
         },

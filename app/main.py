@@ -13,11 +13,11 @@ asyncio.set_event_loop_policy(
 )
 
 from agents import ingest, pairing  # noqa: E402  (after the loop's choice)
-from app import web  # noqa: E402
 from app.faust_app import app  # noqa: E402
+from web import pages as web  # noqa: E402
 
 if settings().delivery_enabled:
-    from agents import delivery  # noqa: F401  (registers its agents)
+    from delivery import agent as delivery  # noqa: F401  (registers its agents)
 if settings().enrichment_enabled:
     from agents import enrichment  # noqa: F401  (registers its agents)
 if settings().chain_enabled:

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.kafka_connection import KafkaConnection
+from app.kafka.connection import KafkaConnection
 from pairing.rules import MICROS, PairingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +40,7 @@ class Settings(BaseSettings):
     )
     replication_factor: int = Field(1, ge=1)
 
-    # Kafka connection: every client of the project takes it from app/kafka_connection.py
+    # Kafka connection: every client of the project takes it from app/kafka/connection.py
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         "PLAINTEXT", description="how clients connect: TLS (SSL), SASL, both, or neither"
     )
@@ -384,7 +384,7 @@ class Settings(BaseSettings):
 
     @cached_property
     def kafka(self) -> KafkaConnection:
-        """How every Kafka client connects (app/kafka_connection.py); one TLS context."""
+        """How every Kafka client connects (app/kafka/connection.py); one TLS context."""
         return KafkaConnection.from_settings(self)
 
 

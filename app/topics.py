@@ -6,13 +6,13 @@ from __future__ import annotations
 import faust
 
 from app.faust_app import app
-from app.kafka_admin import check_input_partitions, ensure_topics
+from app.kafka.admin import check_input_partitions, ensure_topics
 from app.settings import settings
 
 conf = settings()
 
 
-# Runs (app/runs.py) the agent of such a topic may have waiting: about as many records
+# Runs (app/exactly_once/runs.py) the agent of such a topic may have waiting: about as many records
 # as faust's default buffer of 4096 messages, where 4096 runs would hold a backlog of up
 # to 4096 x max_run_records records in memory ahead of the agent.
 RUNS_BUFFERED = max(2, 4096 // conf.max_run_records)

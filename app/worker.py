@@ -12,8 +12,8 @@ from typing import NoReturn
 import faust
 from faust.types import AppT
 
-from app.kafka_access import EX_CONFIG, KafkaAccessError, check_access, worker_permissions
-from app.kafka_connection import KafkaConfigError
+from app.kafka.access import EX_CONFIG, KafkaAccessError, check_access, worker_permissions
+from app.kafka.connection import KafkaConfigError
 from app.settings import settings
 
 log = logging.getLogger(__name__)

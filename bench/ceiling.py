@@ -2,7 +2,7 @@
 no state, no parsing; with transactions (offsets committed in them) or without; each
 record through `send` (a future and an await per record), or appended to batches of
 the producer's public batch API, as a worker's outbox appends to the batches open
-(app/outbox.py): what the client itself costs a record at least."""
+(app/exactly_once/outbox.py): what the client itself costs a record at least."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.producer.message_accumulator import BatchBuilder
 
-from app.kafka_connection import KafkaConnection
+from app.kafka.connection import KafkaConnection
 from bench.workload import create_topic, delete_topics
 
 

@@ -14,8 +14,8 @@ from datetime import timedelta
 
 from aiokafka import AIOKafkaProducer
 
-from app.kafka_admin import ensure_topics
-from app.kafka_connection import KafkaConnection
+from app.kafka.admin import ensure_topics
+from app.kafka.connection import KafkaConnection
 from bench.ceiling import BatchedSink
 from bench.pairstream import worker_run
 from bench.workload import INPUT_PARTITIONS, create_topic

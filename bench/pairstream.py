@@ -15,7 +15,7 @@ from pathlib import Path
 
 import aiohttp
 
-from app.kafka_admin import ensure_topics
+from app.kafka.admin import ensure_topics
 from app.settings import Settings
 from bench import profile
 from bench.measure import Samples, cpu_seconds

@@ -20,7 +20,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from app.kafka_connection import KafkaConnection
+from app.kafka.connection import KafkaConnection
 from bench.measure import Samples, cpu_seconds
 from bench.pairstream import discard_run
 from bench.workload import create_topic, delete_topics

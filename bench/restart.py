@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from app.kafka_admin import ensure_topics
+from app.kafka.admin import ensure_topics
 from app.settings import Settings
 from bench.pairstream import through_pairing, worker_run
 from bench.workload import pre_produce

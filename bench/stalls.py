@@ -14,6 +14,10 @@ from pathlib import Path
 TASK = re.compile(r"^Stack for <Task \w+ name='(?P<name>[^']*)'")
 FRAME = re.compile(r'^  File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
 WAITS = ("commit", "flush")
+# The project's top packages: a frame in one of them is ours.
+PACKAGES = frozenset(
+    {"agents", "analytics", "app", "bench", "delivery", "pairing", "tables", "tools", "web"}
+)
 
 
 def stalled_worker(pid: int, log_path: Path, wait: float = 3.0) -> str:
@@ -42,8 +46,9 @@ def waiting(dump: str) -> list[str]:
             path = frame["path"]
             library = path.partition("site-packages/")[2]
             ours = not library and "/lib/python" not in path and "/.venv/" not in path
-            # Ours as app/consumer.py, a library's from its package, the stdlib's by name.
-            where = "/".join(Path(path).parts[-2:]) if ours else library or Path(path).name
+            # Ours from its package (app/exactly_once/transport.py), a library's from its
+            # package, the stdlib's by name.
+            where = _ours(path) if ours else library or Path(path).name
             tasks[-1][1].append((frame["function"], f"{where}:{frame['line']}", ours))
     return [
         f"{name}: " + " > ".join(f"{function} ({where})" for function, where, _ in frames)
@@ -51,3 +56,10 @@ def waiting(dump: str) -> list[str]:
         if "_cry" not in name
         and any(ours or any(word in function for word in WAITS) for function, _, ours in frames)
     ]
+
+
+def _ours(path: str) -> str:
+    """A project path from its top package: the checkout's folder varies."""
+    parts = Path(path).parts
+    top = next((n for n, part in enumerate(parts) if part in PACKAGES), len(parts) - 2)
+    return "/".join(parts[top:])

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from aiokafka.admin import AIOKafkaAdminClient
 
-from app.kafka_admin import ensure_topics
-from app.kafka_connection import KafkaConnection
+from app.kafka.admin import ensure_topics
+from app.kafka.connection import KafkaConnection
 from bench.measure import cpu_seconds
 from bench.pairstream import worker_run
 from bench.quix import committed, committed_until_every_pair, count_visible, expected_pairs

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from app.kafka_connection import KafkaConnection
+from app.kafka.connection import KafkaConnection
 from tools.generate import Record, StreamShape, generate, produce
 
 INPUT_PARTITIONS = 4

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from app.exactly_once.partition_tasks import PartitionTask
 from app.faust_app import app
-from app.partition_tasks import PartitionTask
 from app.settings import settings
 
 
@@ -32,7 +32,8 @@ def bytes_table(name: str, partitions: int, partitioned_like: Iterable[str]) -> 
 class TableWriter:
     """One partition of a bytes table, written inside a step of that partition's task:
     to the changelog through the step's outbox as the step ends, and to the local
-    RocksDB once the step's transaction has committed (app/local_state.py). Reads see the step's own
+    RocksDB once the step's transaction has committed (app/exactly_once/local_state.py). Reads see
+    the step's own
     writes and the partition's uncommitted ones."""
 
     __slots__ = ("_local", "_writes")

@@ -4,7 +4,7 @@ Partition p of the table (and of its changelog) holds the keys of partition p
 of the keyed topic, plus its event clock (`~clock`: what it knows of each input
 partition's progress, and the watermark). A step's writes go to the changelog inside
 the event's transaction (the outbox of its partition task), and to the local RocksDB
-once that has committed (app/local_state.py), never through faust's own buffered
+once that has committed (app/exactly_once/local_state.py), never through faust's own buffered
 changelog path.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from app.partition_tasks import PartitionTask
+from app.exactly_once.partition_tasks import PartitionTask
 from app.settings import settings
 from pairing.records import (
     CLOCK_KEY,
@@ -48,7 +48,7 @@ few hundred bytes a state, tens of MiB for a worker's partitions."""
 class PartitionState:
     """The `KeyStore` of one keyed partition, written inside its task's steps. It lives
     as long as its partition task's processor, which goes with any step cut off
-    (app/step.py), so the states it keeps are those of the steps that went into
+    (app/exactly_once/step.py), so the states it keeps are those of the steps that went into
     transactions."""
 
     __slots__ = ("_recent", "_table")

@@ -8,7 +8,7 @@ table is written inside the event's transaction, like the pairing state.
 
 from __future__ import annotations
 
-from app.partition_tasks import PartitionTask
+from app.exactly_once.partition_tasks import PartitionTask
 from app.settings import settings
 from tables import TableWriter, bytes_table
 

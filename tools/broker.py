@@ -33,7 +33,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.kafka_connection import KafkaConnection
+from app.kafka.connection import KafkaConnection
 from tools import maven
 from tools.broker_security import BrokerSecurity
 

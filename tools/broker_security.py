@@ -19,7 +19,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.kafka_connection import KafkaConnection
+from app.kafka.connection import KafkaConnection
 
 MECHANISM = "SCRAM-SHA-512"
 USERS = ("admin", "worker", "analytics")

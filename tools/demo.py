@@ -33,8 +33,8 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from analytics.jobs import run as run_jobs
-from app.kafka_access import analytics_permissions, worker_permissions
-from app.kafka_admin import ensure_topics, read_committed
+from app.kafka.access import analytics_permissions, worker_permissions
+from app.kafka.admin import ensure_topics, read_committed
 from app.settings import Settings
 from pairing.records import dumps
 from tools import broker

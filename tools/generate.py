@@ -24,8 +24,8 @@ from typing import Any
 
 from aiokafka.errors import KafkaTimeoutError
 
-from app.kafka_access import EX_CONFIG, KafkaAccessError, check_connection
-from app.kafka_connection import KafkaConnection
+from app.kafka.access import EX_CONFIG, KafkaAccessError, check_connection
+from app.kafka.connection import KafkaConnection
 
 BASE_TIME = datetime(2024, 2, 9, 21, 0, 0, tzinfo=UTC)
 OUTAGE_TRIES = 5  # of aiokafka's 40 s each: a broker away 200 s fails the producer

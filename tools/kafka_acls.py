@@ -1,5 +1,5 @@
 """Grant a principal the ACLs a worker or the Spark jobs need, and no more
-(app/kafka_access.py lists them; docs/deploy.md explains each):
+(app/kafka/access.py lists them; docs/deploy.md explains each):
 
     python -m tools.kafka_acls worker User:pairstream     # the worker's, for this app id
     python -m tools.kafka_acls analytics User:spark       # the Spark jobs'
@@ -21,8 +21,8 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import for_code
 from aiokafka.protocol.admin import CreateAclsRequest, DeleteAclsRequest
 
-from app.kafka_access import Permission, analytics_permissions, worker_permissions
-from app.kafka_connection import KafkaConnection
+from app.kafka.access import Permission, analytics_permissions, worker_permissions
+from app.kafka.connection import KafkaConnection
 from app.settings import settings
 
 ALLOW = 3  # Kafka's AclPermissionType

@@ -18,8 +18,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from faust.types import TP
 
-from app.kafka_access import worker_permissions
-from app.kafka_admin import admin_client, end_offsets, ensure_topics, read_committed
+from app.kafka.access import worker_permissions
+from app.kafka.admin import admin_client, end_offsets, ensure_topics, read_committed
 from app.settings import Settings
 from tests.reference_model import Expected, expected_outputs
 from tools import broker as local_broker
@@ -107,7 +107,7 @@ class Pipeline:
 
 async def secured_pipeline(nodes: list[local_broker.Node], tmp: Path, **overrides: str) -> Pipeline:
     """A pipeline on the secured broker, set up by the super user; its workers connect
-    as User:worker, with exactly the ACLs a worker needs (app/kafka_access.py)."""
+    as User:worker, with exactly the ACLs a worker needs (app/kafka/access.py)."""
     security = local_broker.security(nodes[0].name)
     bootstrap = local_broker.bootstrap_servers(nodes)
     admin = security.environment(bootstrap, "admin")

@@ -23,7 +23,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pairing.delivery import decode_entry, identity
+from delivery.rules import decode_entry, identity
 from tests.integration.harness import (
     Pipeline,
     Worker,

@@ -15,9 +15,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, UnknownMemberIdError
 from faust.types import TP
 
-from app import internals
-from app.kafka_admin import TopicsNotReady, end_offsets, last_committed_records, wait_until_ready
-from app.kafka_connection import KafkaConnection
+from app.exactly_once import internals
+from app.kafka.admin import TopicsNotReady, end_offsets, last_committed_records, wait_until_ready
+from app.kafka.connection import KafkaConnection
 from app.settings import Settings
 from tests.conftest import broker_nodes
 from tools import broker as local_broker
@@ -81,7 +81,7 @@ async def test_the_last_committed_record_is_found_behind_markers_and_aborted_rec
 DYING_MEMBER = """
 import asyncio, sys
 from aiokafka import AIOKafkaConsumer
-from app import internals
+from app.exactly_once import internals
 
 async def main(broker, topic, group):
     consumer = AIOKafkaConsumer(
@@ -106,7 +106,8 @@ async def assigned_within(consumer: AIOKafkaConsumer, seconds: float) -> set[Top
 
 
 async def test_removing_a_dead_member_lets_the_group_rebalance_at_once(broker: str) -> None:
-    """What a worker restarted after kill -9 does for its predecessor (app/predecessor.py)."""
+    """What a worker restarted after kill -9 does for its predecessor
+    (app/exactly_once/predecessor.py)."""
     topic = await new_topic(broker, "members")
     group = f"{topic}-group"
     dying = await asyncio.create_subprocess_exec(

@@ -17,7 +17,7 @@ import rocksdict
 from aiokafka import AIOKafkaProducer, TopicPartition
 from faust.stores.rocksdb import Store
 
-from app.kafka_admin import admin_client, read_committed
+from app.kafka.admin import admin_client, read_committed
 from pairing.events import Event, EventType, parse_event
 from pairing.records import (
     TICK,
@@ -458,7 +458,8 @@ async def test_after_a_kill_local_state_is_the_committed_changelog(
             assert local == await changelog_state(pipeline, changelog, partition, persisted)
         worker.start()
         await worker.wait_ready()
-        # It did not wait for its predecessor's session to time out (app/predecessor.py).
+        # It did not wait for its predecessor's session to time out
+        # (app/exactly_once/predecessor.py).
         assert "removed the previous member" in worker.log()
         expected = await pipeline.expected()
         outputs = await finish(pipeline, [worker], expected)

@@ -26,7 +26,7 @@ import pytest
 from aiokafka import TopicPartition
 from faust.types import TP
 
-from app.kafka_admin import admin_client, end_offsets
+from app.kafka.admin import admin_client, end_offsets
 from tests.integration.harness import Pipeline, Worker, dead_lettered_bytes, read_partitions, table
 from tools.generate import Record, produce
 from tools.order_api import OrderApi

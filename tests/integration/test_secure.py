@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from faust.types import TP
 
-from app.kafka_access import EX_CONFIG, Pattern, Permission, ResourceType, worker_permissions
-from app.kafka_admin import end_offsets
+from app.kafka.access import EX_CONFIG, Pattern, Permission, ResourceType, worker_permissions
+from app.kafka.admin import end_offsets
 from tests.integration.harness import ROOT, Pipeline, secured_pipeline
 from tools import broker as local_broker
 from tools.broker_security import make_ca

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+from app.exactly_once.partition_tasks import PartitionTasks
 from app.faust_app import app
-from app.partition_tasks import PartitionTasks
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import pytest
 from faust.types import TP
 
 import agents  # noqa: F401  (declares every table with the input topics it serves)
-from app.consumer import ChangelogsNotAssigned
+from app.exactly_once.partition_tasks import PartitionTasks
+from app.exactly_once.transport import ChangelogsNotAssigned
 from app.faust_app import app
-from app.partition_tasks import PartitionTasks
 from app.settings import settings
 from tables import pairing_state, source_progress
 from tests.unit.test_internals import unconnected_consumer

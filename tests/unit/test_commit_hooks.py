@@ -13,10 +13,11 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
 from agents import ingest
-from app import backlog, consumer, internals, step
+from app.exactly_once import backlog, internals, step
+from app.exactly_once import transport as consumer
+from app.exactly_once.outbox import transactional_id
+from app.exactly_once.partition_tasks import PartitionTask, PartitionTasks
 from app.faust_app import app
-from app.outbox import transactional_id
-from app.partition_tasks import PartitionTask, PartitionTasks
 from pairing.records import WATERMARK_KEY, decode_watermark, loads
 from pairing.watermarks import SourceProgress
 from tests.unit.conftest import Transactions

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.commit_schedule import CommitSchedule, lead
+from app.exactly_once.commit_schedule import CommitSchedule, lead
 
 
 def run(schedule: CommitSchedule, until: float, takes: float = 0.0) -> list[tuple[float, bool]]:

@@ -1,4 +1,4 @@
-"""Leaving `read_committed` (app/kafka_admin.py) waits a bounded time for its consumer's
+"""Leaving `read_committed` (app/kafka/admin.py) waits a bounded time for its consumer's
 stop: a TLS close that uvloop holds for its 30 s shutdown timeout goes on in the
 background, and a stop that fails is logged, not raised."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app import kafka_admin
+from app.kafka import admin as kafka_admin
 
 
 class SlowStop:

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from app.delivery import Dispatcher
-from app.delivery_client import ApiClient
 from app.settings import Settings
-from pairing.delivery import Entry, LogRecord, Status
+from delivery.client import ApiClient
+from delivery.dispatcher import Dispatcher
+from delivery.rules import Entry, LogRecord, Status
 from tools.order_api import Behaviour, OrderApi
 
 

@@ -1,8 +1,8 @@
-"""The pure rules of once-only delivery (pairing/delivery.py)."""
+"""The pure rules of once-only delivery (delivery/rules.py)."""
 
 from __future__ import annotations
 
-from pairing.delivery import (
+from delivery.rules import (
     Answer,
     Entry,
     LogRecord,

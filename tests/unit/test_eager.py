@@ -1,4 +1,4 @@
-"""app/eager.py: a coroutine's first step in the caller's task, the rest as a task."""
+"""app/exactly_once/eager.py: a coroutine's first step in the caller's task, the rest as a task."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from app import eager
+from app.exactly_once import eager
 
 
 async def test_a_coroutine_that_never_waits_finishes_in_the_caller_s_task() -> None:

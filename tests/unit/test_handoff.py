@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from faust.types import TP
 
+from app.exactly_once.partition_tasks import MARKER_SLACK, PartitionTasks
 from app.faust_app import app
-from app.partition_tasks import MARKER_SLACK, PartitionTasks
 
 EVENTS, KEYED, OTHER = TP("events", 0), TP("keyed", 1), TP("other", 0)
 

@@ -13,8 +13,8 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from delivery.rules import identity, parse_order
 from pairing import deposits as rules
-from pairing.delivery import identity, parse_order
 from pairing.deposits import Account, Deposit, Totals
 from pairing.enrichment import Enricher, enriched_record, row_rejection
 from pairing.events import Rejection, parse_event

@@ -1,4 +1,4 @@
-"""Each private member of faust-streaming and aiokafka that app/internals.py names is
+"""Each private member of faust-streaming and aiokafka that app/exactly_once/internals.py names is
 still there and still does what we rely on, in the installed versions. No broker:
 the app's real consumer and producer classes, with fakes where they would connect."""
 
@@ -38,18 +38,18 @@ from faust.types import TP, Message
 from mode.services import ServiceTask
 from mode.utils.queues import FlowControlEvent, ThrowableQueue
 
-from app import consumer as consumer_module
-from app import internals
-from app.consumer import (
+from app.exactly_once import internals
+from app.exactly_once import transport as consumer_module
+from app.exactly_once.flow_queue import RebalanceSafeQueue
+from app.exactly_once.outbox import transactional_id
+from app.exactly_once.transport import (
     ConcurrentTransactionManager,
     ExactlyOnceConsumer,
     ExactlyOnceConsumerThread,
     ExactlyOnceProducer,
 )
 from app.faust_app import PairstreamApp, PairstreamTableManager, app
-from app.flow_queue import RebalanceSafeQueue
-from app.offset_fetch import OffsetFetchRequest_v7, OffsetFetchResponse_v7
-from app.outbox import transactional_id
+from app.kafka.offset_fetch import OffsetFetchRequest_v7, OffsetFetchResponse_v7
 from app.settings import settings
 from app.worker import PairstreamWorker
 from tables.pairing_state import table

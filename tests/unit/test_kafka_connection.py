@@ -9,7 +9,7 @@ import faust
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from app.kafka_access import (
+from app.kafka.access import (
     Operation,
     Pattern,
     Permission,
@@ -17,7 +17,7 @@ from app.kafka_access import (
     analytics_permissions,
     worker_permissions,
 )
-from app.kafka_connection import KafkaConfigError, KafkaConnection
+from app.kafka.connection import KafkaConfigError, KafkaConnection
 from app.settings import Settings
 from tools.broker_security import make_ca, make_certificate
 

@@ -7,7 +7,7 @@ from aiokafka.partitioner import murmur2 as aiokafka_murmur2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.kafka_partitioner import default_partition, murmur2
+from app.kafka.partitioner import default_partition, murmur2
 
 # org.apache.kafka.common.utils.UtilsTest.testMurmur2 (signed 32-bit, as Java has them).
 JAVA = {

@@ -15,10 +15,10 @@ import rocksdict
 from faust.stores.rocksdb import Store
 from faust.types import TP
 
-import tables.deliveries as deliveries
-from app.local_state import LocalState
-from app.partition_tasks import PartitionTask
-from pairing.delivery import Entry, Status, encode_entry
+import delivery.store as deliveries
+from app.exactly_once.local_state import LocalState
+from app.exactly_once.partition_tasks import PartitionTask
+from delivery.rules import Entry, Status, encode_entry
 from tables import TableWriter
 
 A, B = TP("keyed", 0), TP("other", 0)

@@ -3,8 +3,8 @@
 import pytest
 from faust.types import TP
 
+from app.exactly_once.offset_order import Progress, Verdict
 from app.faust_app import app
-from app.progress import Progress, Verdict
 
 pytestmark = pytest.mark.usefixtures("own_tasks")
 

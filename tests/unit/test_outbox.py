@@ -12,7 +12,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 from faust.types import TP
 
-from app.outbox import DeliveryFailed, Record, send_in_transaction
+from app.exactly_once.outbox import DeliveryFailed, Record, send_in_transaction
 from tests.unit.unstarted_producer import producer_knowing
 
 RECORDS: list[Record] = [

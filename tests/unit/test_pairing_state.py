@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import tables.pairing_state as pairing_state
-from app.local_state import LocalState
-from app.partition_tasks import PartitionTask
+from app.exactly_once.local_state import LocalState
+from app.exactly_once.partition_tasks import PartitionTask
 from pairing.rules import KeyState, PendingEvent
 from tables.pairing_state import PartitionState
 from tests.unit.test_local_state import A, fake_table

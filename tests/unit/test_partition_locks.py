@@ -18,12 +18,12 @@ import pytest
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from app import consumer as consumer_module
-from app import outbox_sends, step
-from app.consumer import ExactlyOnceConsumer, Stalled
+from app.exactly_once import outbox_sends, step
+from app.exactly_once import transport as consumer_module
+from app.exactly_once.outbox import DeliveryFailed
+from app.exactly_once.partition_tasks import PartitionTask, PartitionTasks
+from app.exactly_once.transport import ExactlyOnceConsumer, Stalled
 from app.faust_app import app
-from app.outbox import DeliveryFailed
-from app.partition_tasks import PartitionTask, PartitionTasks
 from app.settings import settings
 
 INGEST, KEYED = TP("events", 0), TP("keyed", 0)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from aiokafka.errors import UnknownMemberIdError
 
-from app import internals, predecessor
-from app.kafka_connection import KafkaConnection
+from app.exactly_once import internals, predecessor
+from app.kafka.connection import KafkaConnection
 from app.settings import Settings
 
 

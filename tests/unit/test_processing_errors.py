@@ -1,4 +1,4 @@
-"""The processing-error boundary of a step (app/step.py): a record whose handler raises
+"""The processing-error boundary of a step (app/exactly_once/step.py): a record whose handler raises
 is dead-lettered with the exception, in its step's transaction, with none of what the
 handler did before it raised; the records around it go on. The real step, with the
 transaction's sends replaced."""
@@ -15,12 +15,12 @@ import pytest
 from aiokafka.errors import ProducerFenced
 from faust.types import TP
 
-from app import outbox_sends, step
+from app.exactly_once import outbox_sends, step
+from app.exactly_once.local_state import LocalPartition
+from app.exactly_once.partition_tasks import PartitionTask, PartitionTasks
 from app.faust_app import app
-from app.local_state import LocalPartition
-from app.partition_tasks import PartitionTask, PartitionTasks
 from app.settings import settings
-from app.worker_status import processing_errors
+from web.status import processing_errors
 
 DEPOSITS = TP("deposits", 2)
 DLQ = "deposits.dlq"

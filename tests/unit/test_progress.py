@@ -1,6 +1,6 @@
 """Which delivered records an agent processes, in what order, and when it seeks back."""
 
-from app.progress import Progress, Verdict
+from app.exactly_once.offset_order import Progress, Verdict
 
 
 def test_nothing_is_processed_before_the_seek_to_the_committed_offset() -> None:

@@ -1,4 +1,4 @@
-"""Runs (app/runs.py): what one fetch returned of a partition reaches the agent as one
+"""Runs (app/exactly_once/runs.py): what one fetch returned of a partition reaches the agent as one
 message, through faust's own conversion, and the agent gets each offset once."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any
 
 from faust.types import TP
 
+from app.exactly_once.in_order import runs_once
+from app.exactly_once.partition_tasks import PartitionTasks
+from app.exactly_once.runs import Run, in_runs
 from app.faust_app import app
-from app.in_order import runs_once
-from app.partition_tasks import PartitionTasks
-from app.runs import Run, in_runs
 
 EVENTS, OTHER = TP("events", 0), TP("other", 0)
 

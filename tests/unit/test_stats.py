@@ -2,7 +2,7 @@ from collections import Counter
 
 from faust.types import TP
 
-from app.stats import Stats, Throughput
+from app.exactly_once.stats import Stats, Throughput
 
 
 def test_throughput_averages_whole_seconds_before_now() -> None:

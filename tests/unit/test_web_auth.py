@@ -8,7 +8,7 @@ from faust.web import Request, Response, View
 
 from app.faust_app import create_app
 from app.settings import settings
-from app.web_auth import MISSING, WRONG, refusal
+from web.auth import MISSING, WRONG, refusal
 
 TOKEN = "t0ken-\u00e9-42"  # not ASCII: compare_digest of str would raise
 DATA = ["/stats", "/stats/cluster", "/pending/x", "/accounts/7", "/table/t/", "/router/"]

@@ -9,9 +9,9 @@ from typing import Any
 from aiokafka.errors import KafkaError
 from faust.types import TP
 
-from app import internals
+from app.exactly_once import internals
 from app.faust_app import PairstreamApp
-from app.kafka_admin import end_offsets
+from app.kafka.admin import end_offsets
 from app.settings import settings
 
 log = logging.getLogger(__name__)

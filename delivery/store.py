@@ -1,5 +1,5 @@
 """The processed-message store of delivery: a changelog-backed RocksDB table keyed by
-message identity (pairing/delivery.py), partitioned like the delivery's re-keyed input.
+message identity (delivery/rules.py), partitioned like the delivery's re-keyed input.
 
 As with the pairing state, a step writes the changelog record into its partition
 task's outbox, so it commits with the step's offset, and the local RocksDB once that
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from app.local_state import LocalState, StepWrites
-from app.partition_tasks import PartitionTask
+from app.exactly_once.local_state import LocalState, StepWrites
+from app.exactly_once.partition_tasks import PartitionTask
 from app.settings import settings
-from pairing.delivery import Entry, decode_entry, encode_entry
+from delivery.rules import Entry, decode_entry, encode_entry
 from tables import TableWriter, bytes_table
 
 conf = settings()

@@ -22,8 +22,8 @@ from typing import Any, Final
 
 from faust.types import TP
 
-from app import internals
-from app.outbox import Delivery, Outbox, delivered_offset
+from app.exactly_once import internals
+from app.exactly_once.outbox import Delivery, Outbox, delivered_offset
 
 Value = bytes | None  # None: deleted
 _ABSENT: Final = object()
@@ -132,7 +132,7 @@ class StepWrites:
         self._staged: dict[LocalPartition, dict[bytes, Value]] = {}
         self._last_record: dict[LocalPartition, int] = {}
         # Whether a held step wrote: its writes are mixed with the held ones before it
-        # (app/step.py resets it when such a step starts).
+        # (app/exactly_once/step.py resets it when such a step starts).
         self.touched = False
 
     def get(self, local: LocalPartition, key: bytes) -> Value:

@@ -1,6 +1,6 @@
 """The worker's HTTP endpoints, on faust's web server: /health, /stats, /stats/cluster,
 /pending/{timestamp}, /metrics and the dashboard at /. With a web token, all but
-/health need it (app/web_auth.py); a worker asking another sends it.
+/health need it (web/auth.py); a worker asking another sends it.
 
 Every error is JSON {"error": message, ...} with its status code.
 """
@@ -18,13 +18,13 @@ from faust.web import Request, Response, View
 from yarl import URL
 
 from app.faust_app import app
-from app.metrics import setup_metrics
 from app.settings import settings
-from app.web_auth import bearer
-from app.worker_status import worker_status
 from pairing.events import Rejection, parse_timestamp
 from pairing.routing import partition_for
 from tables.pairing_state import stored_state, table
+from web.auth import bearer
+from web.metrics import setup_metrics
+from web.status import worker_status
 
 conf = settings()
 PEER_HEADERS = bearer(conf.web_token)  # other workers ask for the same token

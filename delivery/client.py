@@ -8,7 +8,7 @@ import time
 import aiohttp
 
 from app.settings import Settings
-from pairing.delivery import Answer, parse_retry_after
+from delivery.rules import Answer, parse_retry_after
 
 EXCERPT_BYTES = 300
 

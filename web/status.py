@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from agents.pairing import pending_by_partition
-from app import internals
+from app.exactly_once import internals
 from app.faust_app import app
 from app.settings import settings
 from pairing.events import format_time
@@ -36,7 +36,7 @@ COUNTERS = {
 # events_in repeats the valid events, so it is left out).
 TOTALS = {name: topic for topic, names in reversed(COUNTERS.items()) for name in names}
 THROUGHPUT_WINDOWS = (1, 10, 60)
-# What delivery's steps count, exactly once per record (agents/delivery.py).
+# What delivery's steps count, exactly once per record (delivery/agent.py).
 DELIVERY_RECORDED = (
     "orders",
     "invalid",
@@ -99,7 +99,7 @@ def delivery_status() -> dict[str, Any]:
 
 def processing_errors() -> dict[str, Any]:
     """Records of any input partition dead-lettered because their processing raised
-    (app/step.py), counted as their steps were acked."""
+    (app/exactly_once/step.py), counted as their steps were acked."""
     found = [
         {"topic": tp.topic, "partition": tp.partition, "count": counts["processing_errors"]}
         for tp, counts in sorted(app.partition_tasks.stats.partitions.items())

@@ -25,9 +25,9 @@ from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
-from app.delivery_client import ApiClient
 from app.settings import Settings
-from pairing.delivery import (
+from delivery.client import ApiClient
+from delivery.rules import (
     Answer,
     Entry,
     LogRecord,
@@ -71,7 +71,7 @@ class PartitionDeliveries:
     in_flight: int = 0
     closed: bool = False
     drained: asyncio.Event = field(default_factory=asyncio.Event)
-    # For the retention of final entries (agents/delivery.py): (record time, identity),
+    # For the retention of final entries (delivery/agent.py): (record time, identity),
     # and the latest record time seen.
     finals: list[tuple[int, str]] = field(default_factory=list)
     stream_time_ms: int = 0

@@ -11,7 +11,7 @@ from typing import Any
 
 from faust.types import TP, AppT
 
-from app import internals
+from app.exactly_once import internals
 
 Record = tuple[str, bytes | None, bytes | None, int | None]  # topic, key, value, partition
 # Where a sent record's delivery shows: the future that reports it (its batch's, or its

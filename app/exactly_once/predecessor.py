@@ -21,7 +21,7 @@ from pathlib import Path
 
 from aiokafka.errors import UnknownMemberIdError
 
-from app import internals
+from app.exactly_once import internals
 from app.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.protocol.types import Array, Boolean, Int16, Int32, Schema, String
 
-from app.kafka_connection import KafkaConnection
+from app.kafka.connection import KafkaConnection
 from app.settings import Settings
 
 EX_CONFIG = 78  # sysexits.h: a configuration error, which a restart does not mend

@@ -12,7 +12,7 @@ PAIRSTREAM_DELIVERY_ENABLED is set.
   partition of the processed-message store whatever key or partition it came with.
 * **deliver** writes the intent (`queued`, with the body) for a message the store
   has not seen, inside the transaction that consumes it; the dispatcher
-  (app/delivery.py) calls the API once that transaction has committed. It also
+  (delivery/dispatcher.py) calls the API once that transaction has committed. It also
   applies the delivery log to the store, and dead-letters or parks final outcomes,
   exactly once.
 """
@@ -24,15 +24,15 @@ from typing import Any
 
 from faust.types import TP
 
-from app.delivery import Dispatcher, PartitionDeliveries
-from app.delivery_client import ApiClient
+from app.exactly_once.in_order import events_once
+from app.exactly_once.step import before_step, exactly_once, still_current
 from app.faust_app import app
-from app.in_order import events_once
-from app.kafka_admin import end_offsets
+from app.kafka.admin import end_offsets
 from app.settings import settings
-from app.step import before_step, exactly_once, still_current
 from app.topics import bytes_topic, pairs
-from pairing.delivery import (
+from delivery.client import ApiClient
+from delivery.dispatcher import Dispatcher, PartitionDeliveries
+from delivery.rules import (
     Entry,
     LogRecord,
     Status,
@@ -43,9 +43,9 @@ from pairing.delivery import (
     identity,
     parse_order,
 )
+from delivery.store import DeliveryStore, stored_entries
 from pairing.records import Source, dead_letter_record
 from pairing.routing import partition_for
-from tables.deliveries import DeliveryStore, stored_entries
 
 conf = settings()
 BY_ID = conf.delivery_by_id_topic

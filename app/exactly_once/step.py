@@ -1,9 +1,9 @@
 """Exactly-once steps: each event processed inside `exactly_once(app, event)`, which
 hands it the event's partition task; the task's outbox collects the event's records,
 and on a clean exit they are sent and the event acked under the task's lock
-(app/consumer.py says why that is needed), so the transaction that commits the
+(app/exactly_once/transport.py says why that is needed), so the transaction that commits the
 event's offset carries everything it caused. Agents take their events from
-`events_once` (app/in_order.py).
+`events_once` (app/exactly_once/in_order.py).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from aiokafka.errors import KafkaError
 from faust.exceptions import FaustError
 from faust.types import TP, EventT
 
-from app import internals
+from app.exactly_once import internals
+from app.exactly_once.outbox import DeliveryFailed
+from app.exactly_once.outbox_sends import send_outbox
+from app.exactly_once.partition_tasks import PartitionTask
 from app.faust_app import PairstreamApp
-from app.outbox import DeliveryFailed
-from app.outbox_sends import send_outbox
-from app.partition_tasks import PartitionTask
 from app.settings import settings
 from pairing.records import Source, dead_letter_record
 
@@ -40,7 +40,7 @@ async def exactly_once(
 ) -> AsyncIterator[PartitionTask]:
     """The event's partition task, under the task's lock; on a clean exit the outbox is
     sent into the event's transaction and the event acked, with no commit between. An
-    event may stand for several `records` (a run, app/runs.py): its offset is that of
+    event may stand for several `records` (a run, app/exactly_once/runs.py): its offset is that of
     the last.
 
     The lock is held from the start: a commit (which takes it) must not fall between
@@ -52,7 +52,8 @@ async def exactly_once(
 
     While the partition's transaction commits, a step is held: acked, its records and
     table writes left in the outbox after those of the steps held before it, for the
-    commit to send into the next transaction (app/outbox_sends.py). A held step does not
+    commit to send into the next transaction (app/exactly_once/outbox_sends.py). A held step does
+    not
     await, so only an error can cut it off; its records are then mixed with the other
     held ones, and the worker crashes with none of them committed.
 
@@ -171,7 +172,7 @@ def _send_dead_letter(
 
 
 class RunRecords(list[Any]):
-    """The records of a run (app/runs.py) that a step handles. A handler iterates them
+    """The records of a run (app/exactly_once/runs.py) that a step handles. A handler iterates them
     with `each()`, which keeps the position of the record being handled, so that a
     step whose handler raised knows which record to dead-letter."""
 

@@ -8,7 +8,7 @@
     transaction holding their outputs stays open.
 So every record an event causes is sent, from its partition task's outbox, into
 the transaction of the event's *source* partition, and the event is acked in the
-same critical section (app/step.py). A commit takes the locks of the partitions it
+same critical section (app/exactly_once/step.py). A commit takes the locks of the partitions it
 commits while it takes their offsets, so a transaction always holds every record of an
 event together with its offset, or none of them; while the transactions commit, steps
 go on held, and their records go into the next ones. The consumer keeps the registry of
@@ -33,13 +33,13 @@ from faust.types import TP
 from mode import Service
 from mode.services import WaitResults
 
-from app import eager, internals, predecessor
-from app.commit_schedule import CommitSchedule
-from app.kafka_admin import committed_records_between, last_committed_records
-from app.outbox import send_in_transaction, transactional_id
-from app.outbox_sends import send_held
-from app.partition_tasks import PartitionTask, PartitionTasks
-from app.runs import in_runs
+from app.exactly_once import eager, internals, predecessor
+from app.exactly_once.commit_schedule import CommitSchedule
+from app.exactly_once.outbox import send_in_transaction, transactional_id
+from app.exactly_once.outbox_sends import send_held
+from app.exactly_once.partition_tasks import PartitionTask, PartitionTasks
+from app.exactly_once.runs import in_runs
+from app.kafka.admin import committed_records_between, last_committed_records
 from app.settings import settings
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class Stalled(RuntimeError):
 class ExactlyOnceConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     async def on_start(self) -> None:
         # Before the join, which a predecessor killed without leaving would hold up
-        # until its session timed out (app/predecessor.py).
+        # until its session timed out (app/exactly_once/predecessor.py).
         await predecessor.remove(settings())
         await super().on_start()
 
@@ -219,7 +219,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
     @Service.task
     async def _commit_handler(self) -> None:
         # In place of faust's: commits on the clock, and handoff commits in between
-        # (app/commit_schedule.py).
+        # (app/exactly_once/commit_schedule.py).
         schedule = CommitSchedule(
             time.monotonic(), self.commit_interval, settings().handoff_interval_seconds
         )
@@ -428,7 +428,8 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
     def _new_offset(self, tp: TP) -> int | None:
         # A commit takes the offset processing has reached in this assignment: every
         # record before it was processed, in order, or never delivered (transaction
-        # markers, aborted records; app/progress.py). faust works it out from its acked
+        # markers, aborted records; app/exactly_once/offset_order.py). faust works it out from its
+        # acked
         # offsets and the gaps its fetcher saw, which went wrong three ways
         # (docs/exactly-once.md, 13, 14 and 19); the last made commits move one offset
         # at a time, and the partition's next owner processed thousands of records again.

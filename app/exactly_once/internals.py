@@ -27,11 +27,11 @@ from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from app.kafka_connection import KafkaConnection
-from app.kafka_partitioner import default_partition
-from app.offset_fetch import StableOffsetFetchRequest, as_version_3
+from app.kafka.connection import KafkaConnection
+from app.kafka.offset_fetch import StableOffsetFetchRequest, as_version_3
+from app.kafka.partitioner import default_partition
 
-# Methods of faust's classes that app/consumer.py, app/faust_app.py and app/worker.py
+# Methods of faust's classes that app/exactly_once/transport.py, app/faust_app.py and app/worker.py
 # override, with the parameters the overrides take (checked against the base classes'
 # signatures).
 OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
@@ -184,7 +184,7 @@ def stable_offset_look_ups(consumer: AIOKafkaConsumer) -> None:
     of its `_consumer_group` and `_partitions`) wait for what aiokafka did not:
 
     * a transaction's offsets still being committed (point 23): sent as version 7 with
-      `require_stable` (app/offset_fetch.py), retried while the broker answers
+      `require_stable` (app/kafka/offset_fetch.py), retried while the broker answers
       UNSTABLE_OFFSET_COMMIT;
     * a coordinator that cannot serve them yet (point 22): from version 2 on, the broker
       answers with one error for the whole request and no partitions, which aiokafka
@@ -258,7 +258,7 @@ class _PartitionRecords(aiokafka_fetcher.PartitionRecords):  # type: ignore[misc
 def hand_on_decoded_records(consumer: AIOKafkaConsumer, topics: set[str]) -> None:
     """Before the consumer starts (its `_value_deserializer` goes to its fetcher then):
     its records of `topics` reach faust as the record batch decoded them, to be wrapped
-    in runs (app/runs.py). aiokafka's fetcher builds `PartitionRecords` by that module
+    in runs (app/exactly_once/runs.py). aiokafka's fetcher builds `PartitionRecords` by that module
     name: `_PartitionRecords` takes its place, the same for every other consumer."""
     if consumer._value_deserializer is not None:
         raise RuntimeError("the worker's consumer has a value deserializer of its own")

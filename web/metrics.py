@@ -23,7 +23,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from app.worker_status import worker_status
+from web.status import worker_status
 
 # Our counter name -> (metric family, help, extra labels).
 COUNTERS: dict[str, tuple[str, str, dict[str, str]]] = {

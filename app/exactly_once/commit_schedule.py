@@ -1,4 +1,4 @@
-"""When the periodic commits fall (app/consumer.py runs them).
+"""When the periodic commits fall (app/exactly_once/transport.py runs them).
 
 An output is visible only once its transaction commits, so it waits for the next
 commit: the commits keep to the clock, one every commit interval counted from the

@@ -1,5 +1,5 @@
 """Partition tasks: one per partition assigned to this worker, created on assignment
-and dropped on revocation (app/consumer.py keeps the registry up to date).
+and dropped on revocation (app/exactly_once/transport.py keeps the registry up to date).
 
 A task owns where processing of its partition stands (`offsets`), its outbox, the
 table writes of its current step (`writes`), the locks between its steps and the commits of its
@@ -8,7 +8,7 @@ transaction, and what the agent that consumes it keeps for the partition (its
 
 Steps go on while their partition's transaction commits (`committing`): they are acked,
 and their records and table writes wait in the outbox for the next transaction, which
-the commit sends them into once it has begun (app/step.py). The
+the commit sends them into once it has begun (app/exactly_once/step.py). The
 registry holds what the tasks share: the closing gate of a rebalance or stop, the table
 writes not yet committed (`local_state`), the commit hooks, and the worker's stats.
 """
@@ -23,10 +23,10 @@ from typing import TypeVar
 
 from faust.types import TP
 
-from app.local_state import LocalState, StepWrites
-from app.outbox import Outbox, Record
-from app.progress import Progress
-from app.stats import Stats
+from app.exactly_once.local_state import LocalState, StepWrites
+from app.exactly_once.offset_order import Progress
+from app.exactly_once.outbox import Outbox, Record
+from app.exactly_once.stats import Stats
 
 P = TypeVar("P")
 # Offsets after the last record of a partition that are transaction markers: one per
@@ -119,12 +119,12 @@ class PartitionTasks:
         self.commit_hooks: dict[str, Callable[[PartitionTask], list[Record]]] = {}
         # Input topic -> the topic it feeds another stage of this worker through
         # (ingest's events -> pairing's keyed events): committed every handoff interval
-        # while that stage waits for records (app/consumer.py).
+        # while that stage waits for records (app/exactly_once/transport.py).
         self.handoffs: dict[str, str] = {}
         # Input topic -> the topic whose partition task keeps the processor its steps
-        # use (enrichment's rows: the pairs'), forgotten with theirs (app/step.py).
+        # use (enrichment's rows: the pairs'), forgotten with theirs (app/exactly_once/step.py).
         self.processor_topics: dict[str, str] = {}
-        # Input topics whose records reach their agent in runs (app/runs.py).
+        # Input topics whose records reach their agent in runs (app/exactly_once/runs.py).
         self.in_runs: set[str] = set()
         # Told after each commit which offsets it committed (delivery waits for them).
         self.commit_listeners: list[Callable[[dict[TP, int]], None]] = []

@@ -6,10 +6,10 @@ the conductor, a queue put and get into the agent's channel, an event, a turn of
 stream's iterator and of the agent's loop. That machinery, not the rules, was most of
 a worker's CPU (docs/BENCHMARKS.md). A stage that takes its records in runs
 (`PartitionTasks.in_runs`) goes through it once per run instead: the consumer
-(app/consumer.py, `_getmany`) wraps what a fetch returned of each of its partitions in
+(app/exactly_once/transport.py, `_getmany`) wraps what a fetch returned of each of its partitions in
 `Run`s, which faust's fetch loop, conductor and stream carry like any record, and the
-agent's step processes a run's records together (app/in_order.py `runs_once`,
-app/step.py `exactly_once`).
+agent's step processes a run's records together (app/exactly_once/in_order.py `runs_once`,
+app/exactly_once/step.py `exactly_once`).
 
 A run is a message whose offset is that of its last record, so faust's fetcher (which
 drops what is below its last-read offset) and its acks treat it as that record; its
@@ -27,7 +27,7 @@ from faust.types import TP
 class Run:
     """Consecutive fetched records of one partition, shaped as the one record faust's
     consumer turns into a message (`_to_message` reads these attributes). The records
-    are as the record batch decoded them (app/internals.py `hand_on_decoded_records`):
+    are as the record batch decoded them (app/exactly_once/internals.py `hand_on_decoded_records`):
     offset, timestamp, key and value, but no topic or partition."""
 
     __slots__ = ("offset", "partition", "timestamp", "topic", "value")

@@ -1,6 +1,6 @@
 """Sending a partition task's outbox into the open transaction of its partition: after
 each step, and, for the steps held while that transaction committed, once the next one
-has begun (app/step.py, app/consumer.py)."""
+has begun (app/exactly_once/step.py, app/exactly_once/transport.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import time
 
 from faust.types import AppT
 
-from app.outbox import send_in_transaction
-from app.partition_tasks import PartitionTask
-from app.stats import Stats
+from app.exactly_once.outbox import send_in_transaction
+from app.exactly_once.partition_tasks import PartitionTask
+from app.exactly_once.stats import Stats
 
 
 async def send_outbox(app: AppT, stats: Stats, task: PartitionTask, records: int) -> None:

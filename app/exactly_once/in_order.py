@@ -10,10 +10,10 @@ from typing import Any
 
 from faust.types import TP, EventT
 
-from app import internals
+from app.exactly_once import internals
+from app.exactly_once.offset_order import Progress, Verdict
 from app.faust_app import PairstreamApp
-from app.kafka_admin import committed_records_between
-from app.progress import Progress, Verdict
+from app.kafka.admin import committed_records_between
 from app.settings import settings
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ async def events_once(app: PairstreamApp, stream: Any) -> AsyncIterator[EventT[A
 async def runs_once(
     app: PairstreamApp, stream: Any
 ) -> AsyncIterator[tuple[EventT[Any], Sequence[Any]]]:
-    """For a stage whose records come in runs (app/runs.py): each run's event, and its
+    """For a stage whose records come in runs (app/exactly_once/runs.py): each run's event, and its
     records still to process, by the rules of `events_once` applied to the run's
     first record still to process. Records of the run before the partition's next
     offset were processed already (a run fetched before a seek back) and are left out.
