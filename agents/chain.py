@@ -19,8 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from faust.web import Request, Response, View
-
 from app.exactly_once.in_order import events_once
 from app.exactly_once.outbox import Outbox
 from app.exactly_once.step import exactly_once
@@ -43,7 +41,6 @@ from pairing.deposits import (
 from pairing.records import Source, dead_letter_record
 from pairing.routing import partition_for
 from tables import TableWriter, bytes_table
-from web.pages import from_owner
 
 conf = settings()
 DEPOSITS = conf.deposits_by_account_topic
@@ -156,18 +153,3 @@ def ledger_totals(account: str) -> dict[str, Any] | None:
         return None
     totals = decode_totals(raw)
     return {"total": str(totals.total), "count": totals.count, "balance": str(totals.balance)}
-
-
-@app.page("/accounts/{account}")
-async def account_page(self: View, request: Request, account: str) -> Response:
-    """An account's ledger, from whichever worker owns it."""
-    partition = partition_for(account, conf.partitions)
-
-    def answer() -> Response:
-        totals = ledger_totals(account)
-        if totals is None:
-            return self.error(404, "no validated deposit for this account", account=account)
-        return self.json({"account": account, **totals, "partition": partition})
-
-    changelog = ledger.changelog_topic.get_topic_name()
-    return await from_owner(self, request, changelog, partition, f"accounts/{account}", answer)

@@ -21,6 +21,7 @@ from faust.types import TP
 from app.exactly_once.in_order import events_once
 from app.exactly_once.outbox import Outbox
 from app.exactly_once.partition_tasks import PartitionTask
+from app.exactly_once.stage import Stage
 from app.exactly_once.step import exactly_once
 from app.faust_app import app
 from app.settings import settings
@@ -49,7 +50,7 @@ state = bytes_table("enrichment", conf.partitions, [conf.pairs_topic, ROWS])
 
 sources = bytes_topic(conf.sources_topic, internal=False)
 joined = bytes_topic(conf.pairs_topic, ROWS, internal=False)  # co-partitioned
-app.partition_tasks.processor_topics[ROWS] = conf.pairs_topic  # enrich's Enricher
+STAGE = Stage(ROWS, processor_of=conf.pairs_topic)  # the pairs' task keeps the Enricher
 
 
 @app.agent(sources)

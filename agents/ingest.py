@@ -19,6 +19,7 @@ from app.exactly_once.backlog import caught_up
 from app.exactly_once.in_order import runs_once
 from app.exactly_once.outbox import Record
 from app.exactly_once.partition_tasks import PartitionTask
+from app.exactly_once.stage import Stage
 from app.exactly_once.step import RunRecords, run_once
 from app.faust_app import app
 from app.settings import settings
@@ -62,10 +63,6 @@ def tell_before_commit(task: PartitionTask) -> list[Record]:
     return watermark_records(update)
 
 
-app.partition_tasks.before_commit(conf.events_topic, tell_before_commit)
-app.partition_tasks.handoffs[conf.events_topic] = keyed_events.get_topic_name()
-
-
 async def hold_handed_over_sources(revoked: set[TP]) -> None:
     """Idle input partitions given up hold the watermark again (docs/event-time.md):
     told outside any transaction, like their idleness, and in the keyed partitions
@@ -94,10 +91,13 @@ async def hold_handed_over_sources(revoked: set[TP]) -> None:
         )
 
 
-app.partition_tasks.revoke_hooks.append(hold_handed_over_sources)
-
-
-app.partition_tasks.in_runs.add(conf.events_topic)
+STAGE = Stage(
+    conf.events_topic,
+    in_runs=True,
+    before_commit=tell_before_commit,
+    hands_off_to=keyed_events.get_topic_name(),
+    on_revoke=hold_handed_over_sources,
+)
 
 
 @app.agent(events)

@@ -11,6 +11,7 @@ from app.exactly_once.commit_schedule import lead
 from app.exactly_once.in_order import runs_once
 from app.exactly_once.outbox import Outbox
 from app.exactly_once.partition_tasks import PartitionTask
+from app.exactly_once.stage import Stage
 from app.exactly_once.step import RunRecords, run_once
 from app.faust_app import app
 from app.settings import settings
@@ -66,7 +67,7 @@ def pending_by_partition() -> dict[int, tuple[PendingSummary, int | None]]:
     return found
 
 
-app.partition_tasks.in_runs.add(keyed_events.get_topic_name())
+STAGE = Stage(keyed_events.get_topic_name(), in_runs=True)
 
 
 @app.agent(keyed_events)

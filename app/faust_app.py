@@ -1,89 +1,17 @@
-"""The Faust app: broker, exactly-once processing, RocksDB tables, web server."""
+"""The one Faust app of a worker, configured from the settings: broker, exactly-once
+processing, RocksDB tables, web server. app/main.py plugs the stages and the web in."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import faust
-from faust.tables import TableManager
-from mode import ServiceT
-
-from app.exactly_once import internals
-from app.exactly_once.flow_queue import RebalanceSafeQueue
-from app.exactly_once.partition_tasks import PartitionTasks
-from app.exactly_once.transport import ExactlyOnceTransport
-from app.kafka.admin import wait_until_ready
+from app.exactly_once.application import PairstreamApp, PairstreamTableManager
 from app.kafka.connection import KafkaConfigError
 from app.settings import settings
 from app.worker import PairstreamWorker, exit_for_config
-from web.auth import token_middleware
-
-if TYPE_CHECKING:
-    from delivery.dispatcher import Dispatcher
 
 log = logging.getLogger(__name__)
-
-
-class PairstreamApp(faust.App):
-    """faust.App with a transport whose commits never split an event
-    (app/exactly_once/transport.py),
-    buffers a rebalance clears for good (app/exactly_once/flow_queue.py), the registry of this
-    worker's partition tasks, and the delivery dispatcher."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.partition_tasks = PartitionTasks()
-        self.delivery: Dispatcher | None = None  # set by delivery/agent.py when enabled
-
-    def _new_transport(self) -> Any:
-        return ExactlyOnceTransport(self.conf.broker_consumer, self)
-
-    def _new_producer_transport(self) -> Any:
-        return ExactlyOnceTransport(self.conf.broker_producer, self)
-
-    def FlowControlQueue(
-        self, maxsize: int | None = None, *, clear_on_resume: bool = False
-    ) -> RebalanceSafeQueue[Any]:
-        return RebalanceSafeQueue(
-            maxsize or 0, flow_control=self.flow_control, clear_on_resume=clear_on_resume
-        )
-
-    def on_init_dependencies(self) -> Iterable[ServiceT]:
-        dependencies = super().on_init_dependencies()
-        if not settings().faust_sensor:
-            # faust calls its monitor for every record, event and send: per-event
-            # work on the hot path, for figures /stats and /metrics have of their own.
-            self.sensors.remove(self.monitor)
-        return dependencies
-
-
-class PairstreamTableManager(TableManager):
-    async def on_start(self) -> None:
-        # faust's waits a second first, for tables that agents create as they start;
-        # ours are all declared when the app is imported. That second was a fifth of
-        # the time from a worker's start to its first output.
-        if not self.should_stop:
-            await changelogs_ready(self)
-            await internals.take_tables_on(self)
-            await self.recovery.start()
-
-
-async def changelogs_ready(tables: TableManager) -> None:
-    """Declare the tables' changelogs (created, on a new app) and wait until the broker
-    shows them, before the tables are taken on: the consumer subscribes to them and
-    joins the group right after, and an assignment made while its metadata lacked a
-    changelog leaves that one's partitions out. The tables then start empty, with no
-    restore (two workers starting together lost 96 of 1,436 pairs so)."""
-    for table in tables.values():
-        await table.changelog_topic.maybe_declare()
-    conf = settings()
-    changelogs = {
-        table.changelog_topic.get_topic_name(): table.changelog_topic.partitions or conf.partitions
-        for table in tables.values()
-    }
-    await wait_until_ready(conf, changelogs, conf.topics_ready_timeout_seconds)
 
 
 def create_app() -> PairstreamApp:
@@ -126,10 +54,6 @@ def create_app() -> PairstreamApp:
         web_port=conf.web_port,
         canonical_url=conf.web_canonical_url or f"http://{conf.web_host}:{conf.web_port}",
         web_in_thread=False,
-        # Every page behind the web token but the open ones, in one place (web/auth.py).
-        web_application_options={
-            "middlewares": [token_middleware(conf.web_token, conf.web_open_metrics)]
-        },
         # Raw table data and the cluster's topology only when debugging.
         debug=conf.debug,
         web_tables_enabled=conf.debug,

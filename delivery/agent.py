@@ -25,6 +25,7 @@ from typing import Any
 from faust.types import TP
 
 from app.exactly_once.in_order import events_once
+from app.exactly_once.stage import Stage
 from app.exactly_once.step import before_step, exactly_once, still_current
 from app.faust_app import app
 from app.kafka.admin import end_offsets
@@ -71,7 +72,6 @@ async def send_log(partition: int, record: LogRecord) -> None:
 
 
 dispatcher = Dispatcher(conf, ApiClient(conf), send_log)
-app.delivery = dispatcher
 
 
 def key_of(message_identity: str) -> str:
@@ -246,8 +246,7 @@ async def revoked(tps: set[TP]) -> None:
     await dispatcher.close(numbers, conf.delivery_timeout_seconds + 5)
 
 
-app.partition_tasks.commit_listeners.append(committed)
-app.partition_tasks.revoke_hooks.append(revoked)
+STAGE = Stage(BY_ID, on_commit=committed, on_revoke=revoked)
 
 
 @app.task

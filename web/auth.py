@@ -7,9 +7,11 @@ here are open.
 from __future__ import annotations
 
 import hmac
+from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
+from faust.types import AppT
 from pydantic import SecretStr
 
 ALWAYS_OPEN = frozenset({"/health"})  # no data: supervisors probe it without a secret
@@ -56,3 +58,10 @@ def token_middleware(token: SecretStr | None, open_metrics: bool) -> Middleware:
         return await handler(request)
 
     return require_token
+
+
+def install(app: AppT, token: SecretStr | None, open_metrics: bool) -> None:
+    """Put every page of the app's web server behind the token, faust's own included;
+    before the server starts (aiohttp freezes its middlewares then)."""
+    server: Any = app.web
+    cast(web.Application, server.web_app).middlewares.append(token_middleware(token, open_metrics))

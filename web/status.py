@@ -72,7 +72,7 @@ def worker_status() -> dict[str, Any]:
         "partitions": partitions,
         "processing_errors": errors,
     }
-    if app.delivery is not None:
+    if conf.delivery_enabled:
         status["delivery"] = delivery_status()
     return status
 
@@ -85,14 +85,15 @@ def _event_loop() -> str:
 
 def delivery_status() -> dict[str, Any]:
     """The dispatcher's calls and window, and what the delivery steps recorded."""
-    assert app.delivery is not None
+    from delivery.agent import dispatcher  # loaded with the app when delivery is on
+
     topics = {conf.delivery_source, conf.delivery_by_id_topic, conf.delivery_log_topic}
     recorded: Counter[str] = Counter()
     for tp, counts in app.partition_tasks.stats.partitions.items():
         if tp.topic in topics:
             recorded.update(counts)
     return {
-        **app.delivery.status(),
+        **dispatcher.status(),
         "recorded": {name: recorded[name] for name in DELIVERY_RECORDED},
     }
 

@@ -10,7 +10,7 @@ from aiokafka.errors import KafkaError
 from faust.types import TP
 
 from app.exactly_once import internals
-from app.faust_app import PairstreamApp
+from app.exactly_once.application import PairstreamApp
 from app.kafka.admin import end_offsets
 from app.settings import settings
 

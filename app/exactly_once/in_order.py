@@ -11,8 +11,8 @@ from typing import Any
 from faust.types import TP, EventT
 
 from app.exactly_once import internals
+from app.exactly_once.application import PairstreamApp
 from app.exactly_once.offset_order import Progress, Verdict
-from app.faust_app import PairstreamApp
 from app.kafka.admin import committed_records_between
 from app.settings import settings
 

@@ -19,7 +19,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from faust.types import TP
 
@@ -27,6 +27,9 @@ from app.exactly_once.local_state import LocalState, StepWrites
 from app.exactly_once.offset_order import Progress
 from app.exactly_once.outbox import Outbox, Record
 from app.exactly_once.stats import Stats
+
+if TYPE_CHECKING:
+    from app.exactly_once.stage import Stage
 
 P = TypeVar("P")
 # Offsets after the last record of a partition that are transaction markers: one per
@@ -274,5 +277,16 @@ class PartitionTasks:
                 waits = True
         return waits
 
-    def before_commit(self, topic: str, records: Callable[[PartitionTask], list[Record]]) -> None:
-        self.commit_hooks[topic] = records
+    def plug_in(self, stage: Stage) -> None:
+        if stage.in_runs:
+            self.in_runs.add(stage.topic)
+        if stage.before_commit is not None:
+            self.commit_hooks[stage.topic] = stage.before_commit
+        if stage.hands_off_to is not None:
+            self.handoffs[stage.topic] = stage.hands_off_to
+        if stage.processor_of is not None:
+            self.processor_topics[stage.topic] = stage.processor_of
+        if stage.on_commit is not None:
+            self.commit_listeners.append(stage.on_commit)
+        if stage.on_revoke is not None:
+            self.revoke_hooks.append(stage.on_revoke)

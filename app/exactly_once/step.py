@@ -20,10 +20,10 @@ from faust.exceptions import FaustError
 from faust.types import TP, EventT
 
 from app.exactly_once import internals
+from app.exactly_once.application import PairstreamApp
 from app.exactly_once.outbox import DeliveryFailed
 from app.exactly_once.outbox_sends import send_outbox
 from app.exactly_once.partition_tasks import PartitionTask
-from app.faust_app import PairstreamApp
 from app.settings import settings
 from pairing.records import Source, dead_letter_record
 

@@ -1,4 +1,6 @@
-"""The layout's promises: settings import alone, and no module imports itself back."""
+"""The layout's promises: data flows one way through layers that import only downwards,
+no module on the processing path is over 400 lines, settings import alone, and no
+module imports itself back."""
 
 from __future__ import annotations
 
@@ -8,7 +10,30 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("agents", "analytics", "app", "pairing", "tables", "tools")
+PACKAGES = ("agents", "analytics", "app", "delivery", "pairing", "tables", "tools", "web")
+# The processing path, lowest layer first: a module imports only from its own layer or
+# below. A module takes the layer of its longest prefix here.
+LAYERS: dict[str, int] = {
+    "pairing": 0,  # the rules: pure
+    "delivery.rules": 0,
+    "app.settings": 1,  # configuration and Kafka administration
+    "app.kafka": 1,
+    "delivery.client": 1,
+    "app.exactly_once": 2,  # the core
+    "delivery.dispatcher": 2,
+    "app.faust_app": 3,  # the one app and its topics
+    "app.worker": 3,
+    "app.topics": 3,
+    "tables": 4,  # state, declared
+    "delivery.store": 4,
+    "agents": 5,  # the stages
+    "delivery.agent": 5,
+    "delivery": 5,
+    "web": 6,  # reads what the stages hand it
+    "app.main": 7,  # assembles it all
+    "app": 7,  # the package: `faust -A app` loads app.main from it
+}
+PROCESSING_PATH_MAX_LINES = 400
 
 
 def module_name(path: Path) -> str:
@@ -33,8 +58,47 @@ def imports_at_load(path: Path, known: set[str]) -> set[str]:
     return found & known - {module_name(path)}
 
 
+def imports_anywhere(path: Path, known: set[str]) -> set[str]:
+    """Project modules a module imports anywhere: at load, in functions, for typing."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found & known - {module_name(path)}
+
+
+def layer(module: str) -> int | None:
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        found = LAYERS.get(".".join(parts[:n]))
+        if found is not None:
+            return found
+    return None
+
+
+def upward_imports(imports: dict[str, set[str]]) -> list[str]:
+    found = []
+    for module, targets in sorted(imports.items()):
+        own = layer(module)
+        if own is None:
+            continue
+        for target in sorted(targets):
+            # A package's __init__ is loaded with its modules: only its own layer counts.
+            there = layer(target)
+            if there is None or (there > own and not module.startswith(target + ".")):
+                found.append(f"{module} -> {target}")
+    return found
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+
+
 def import_graph() -> dict[str, set[str]]:
-    paths = {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    paths = modules()
     return {name: imports_at_load(path, set(paths)) for name, path in paths.items()}
 
 
@@ -81,3 +145,30 @@ def test_settings_and_analytics_import_without_the_app() -> None:
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_layer_check_finds_an_upward_import() -> None:
+    assert upward_imports({"app.exactly_once.step": {"agents.ingest"}}) == [
+        "app.exactly_once.step -> agents.ingest"
+    ]
+    assert upward_imports({"pairing.rules": {"tools.generate"}}) == [
+        "pairing.rules -> tools.generate"
+    ]
+    assert upward_imports({"web.pages": {"agents.pairing", "app.settings"}}) == []
+
+
+def test_the_processing_path_imports_only_downwards() -> None:
+    paths = modules()
+    imports = {name: imports_anywhere(path, set(paths)) for name, path in paths.items()}
+    assert {"app.exactly_once.step", "web.pages", "delivery.agent"} <= set(imports)
+    assert upward_imports(imports) == []
+
+
+def test_no_module_on_the_processing_path_is_over_the_limit() -> None:
+    long = {
+        name: lines
+        for name, path in modules().items()
+        if layer(name) is not None
+        and (lines := len(path.read_text().splitlines())) > PROCESSING_PATH_MAX_LINES
+    }
+    assert long == {}

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from faust.web import Request, Response, View
+from pydantic import SecretStr
 
 from app.faust_app import create_app
-from app.settings import settings
-from web.auth import MISSING, WRONG, refusal
+from web.auth import MISSING, WRONG, install, refusal
 
 TOKEN = "t0ken-\u00e9-42"  # not ASCII: compare_digest of str would raise
 DATA = ["/stats", "/stats/cluster", "/pending/x", "/accounts/7", "/table/t/", "/router/"]
@@ -58,15 +58,9 @@ def test_the_scheme_is_any_case_and_spaces_around_the_token_do_not_count(header:
     assert refusal("/stats", header, TOKEN, open_metrics=False) is None
 
 
-async def test_faust_s_web_app_of_an_app_made_with_a_token_asks_for_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("PAIRSTREAM_WEB_TOKEN", TOKEN)
-    settings.cache_clear()
-    try:
-        fresh = create_app()
-    finally:
-        settings.cache_clear()
+async def test_faust_s_web_app_asks_for_the_token_once_it_is_installed() -> None:
+    fresh = create_app()
+    install(fresh, SecretStr(TOKEN), open_metrics=False)
 
     @fresh.page("/stats")
     async def stats(self: View, request: Request) -> Response:

@@ -1,0 +1,30 @@
+"""What one stage of the pipeline plugs into the exactly-once core. Each agent module
+declares its stage once; app/main.py plugs them in (`PartitionTasks.plug_in`)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from faust.types import TP
+
+from app.exactly_once.outbox import Record
+from app.exactly_once.partition_tasks import PartitionTask
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    topic: str  # the input topic its steps consume
+    # Its records reach the agent in runs (app/exactly_once/runs.py), not one by one.
+    in_runs: bool = False
+    # Records a partition adds to its transaction just before it commits.
+    before_commit: Callable[[PartitionTask], list[Record]] | None = None
+    # The topic it feeds another stage of this worker through: committed every handoff
+    # interval while that stage waits for records.
+    hands_off_to: str | None = None
+    # The topic whose partition task keeps the processor its steps use.
+    processor_of: str | None = None
+    # Told after each commit which offsets it committed.
+    on_commit: Callable[[dict[TP, int]], None] | None = None
+    # Awaited on revocation, after the last commit and before the tasks go.
+    on_revoke: Callable[[set[TP]], Awaitable[None]] | None = None
