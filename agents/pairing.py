@@ -17,6 +17,7 @@ from app.faust_app import app
 from app.settings import settings
 from app.topics import dead_letters, keyed_events, pairs, unpaired
 from pairing.events import format_time
+from pairing.key_state import Conflict, Duplicate, Outcome, Paired, Unpaired
 from pairing.records import (
     TICK,
     WATERMARK_KEY,
@@ -28,15 +29,7 @@ from pairing.records import (
     pair_record,
     unpaired_record,
 )
-from pairing.rules import (
-    Conflict,
-    Duplicate,
-    Outcome,
-    Paired,
-    PairingPartition,
-    PendingSummary,
-    Unpaired,
-)
+from pairing.rules import PairingPartition, PendingSummary
 from tables.pairing_state import PartitionState
 
 conf = settings()

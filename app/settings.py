@@ -11,7 +11,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.kafka.connection import KafkaConnection
-from pairing.rules import MICROS, PairingConfig
+from pairing.key_state import MICROS, PairingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 

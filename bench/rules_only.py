@@ -21,6 +21,7 @@ from rocksdict import Options, Rdict, WriteBatch
 
 from app.settings import settings
 from pairing.events import Rejection, format_time, parse_event
+from pairing.key_state import Conflict, KeyState, KeyTimes, Paired, Unpaired
 from pairing.records import (
     Source,
     conflict_record,
@@ -34,7 +35,7 @@ from pairing.records import (
     unpaired_record,
 )
 from pairing.routing import partition_for
-from pairing.rules import Conflict, KeyState, KeyTimes, Paired, PairingPartition, Unpaired
+from pairing.rules import PairingPartition
 from pairing.watermarks import EventClock, SourceProgress
 from tools.generate import Record
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from app.settings import Settings
 from delivery.client import ApiClient
+from delivery.latency import Latency
 from delivery.rules import (
     Answer,
     Entry,
@@ -42,7 +43,6 @@ from delivery.rules import (
 log = logging.getLogger(__name__)
 
 SendLog = Callable[[int, LogRecord], Awaitable[None]]  # partition, record; returns once acked
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 @dataclass(slots=True, eq=False)
@@ -83,22 +83,6 @@ class PartitionDeliveries:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-class Latency:
-    """A cumulative histogram of call durations (Prometheus' shape)."""
-
-    def __init__(self) -> None:
-        self.buckets = [0] * len(LATENCY_BUCKETS)
-        self.count = 0
-        self.sum = 0.0
-
-    def observe(self, seconds: float) -> None:
-        self.count += 1
-        self.sum += seconds
-        for i, bound in enumerate(LATENCY_BUCKETS):
-            if seconds <= bound:
-                self.buckets[i] += 1
 
 
 class Dispatcher:
@@ -237,11 +221,7 @@ class Dispatcher:
             "waiting": self.backlog() - in_flight,
             "catching_up": sorted(d.partition for d in partitions if not d.caught_up),
             "counts": dict(self.counts),
-            "latency": {
-                "buckets": dict(zip(LATENCY_BUCKETS, self.latency.buckets, strict=True)),
-                "count": self.latency.count,
-                "sum": self.latency.sum,
-            },
+            "latency": self.latency.status(),
         }
 
     def backlog(self) -> int:

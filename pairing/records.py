@@ -18,7 +18,7 @@ import orjson
 
 from pairing.events import Event, parse_number
 from pairing.immutable import immutable
-from pairing.rules import Conflict, KeyState, KeyTimes, Paired, PendingEvent, Unpaired
+from pairing.key_state import Conflict, KeyState, KeyTimes, Paired, PendingEvent, Unpaired
 from pairing.watermarks import EventClock, SourceMark, WatermarkUpdate
 
 

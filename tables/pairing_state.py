@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from app.exactly_once.partition_tasks import PartitionTask
 from app.settings import settings
+from pairing.key_state import KeyState, KeyTimes
 from pairing.records import (
     CLOCK_KEY,
     decode_clock,
@@ -22,7 +23,6 @@ from pairing.records import (
     encode_clock,
     encode_state,
 )
-from pairing.rules import KeyState, KeyTimes
 from pairing.watermarks import EventClock
 from tables import TableWriter, bytes_table
 

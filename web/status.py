@@ -22,7 +22,8 @@ from app.exactly_once import internals
 from app.faust_app import app
 from app.settings import settings
 from pairing.events import format_time
-from pairing.rules import MICROS, PendingSummary
+from pairing.key_state import MICROS
+from pairing.rules import PendingSummary
 from tables.pairing_state import table
 
 conf = settings()

@@ -1,6 +1,6 @@
 """Sending a partition task's outbox into the open transaction of its partition: after
-each step, and, for the steps held while that transaction committed, once the next one
-has begun (app/exactly_once/step.py, app/exactly_once/transport.py)."""
+each step (step.py), and, for the steps held while that transaction committed, once
+the next one has begun (commit.py)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,3 @@ async def send_outbox(app: AppT, stats: Stats, task: PartitionTask, records: int
     stats.processed(task.tp, outbox.counts, time.time(), records + task.held)
     task.held = 0
     outbox.clear()
-
-
-async def send_held(app: AppT, stats: Stats, task: PartitionTask) -> None:
-    """Send what steps held while the partition's transaction committed; the next
-    transaction has begun, and the caller holds the task's lock again."""
-    if task.held and not task.broken:
-        await send_outbox(app, stats, task, 0)

@@ -3,10 +3,8 @@
 them, so that a wrong password, an untrusted certificate or a missing ACL stops it at
 once with one message that says what to do (docs/deploy.md), before it joins its group
 or writes anything.
-
-Topic permissions are read from the broker's answer to a metadata request that asks for
-the caller's authorized operations on each topic (KIP-430; aiokafka's own metadata
-request is of a version without them).
+Topic permissions are read from the broker's answer to a metadata request of version 8
+(authorized_operations.py).
 """
 
 from __future__ import annotations
@@ -29,10 +27,9 @@ from aiokafka.errors import (
     SaslAuthenticationFailed,
     TransactionalIdAuthorizationFailed,
 )
-from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.metadata import MetadataRequest
-from aiokafka.protocol.types import Array, Boolean, Int16, Int32, Schema, String
 
+from app.kafka.authorized_operations import AuthorizedOperations
 from app.kafka.connection import KafkaConnection
 from app.settings import Settings
 
@@ -302,72 +299,6 @@ async def _transactional_id_missing(kafka: KafkaConnection, permission: Permissi
     return []
 
 
-# A metadata request of version 8, whose answer has the caller's authorized operations.
-
-
-class _MetadataResponse_v8(Response):  # type: ignore[misc]
-    API_KEY = 3
-    API_VERSION = 8
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        (
-            "brokers",
-            Array(
-                ("node_id", Int32),
-                ("host", String("utf-8")),
-                ("port", Int32),
-                ("rack", String("utf-8")),
-            ),
-        ),
-        ("cluster_id", String("utf-8")),
-        ("controller_id", Int32),
-        (
-            "topics",
-            Array(
-                ("error_code", Int16),
-                ("topic", String("utf-8")),
-                ("is_internal", Boolean),
-                (
-                    "partitions",
-                    Array(
-                        ("error_code", Int16),
-                        ("partition", Int32),
-                        ("leader", Int32),
-                        ("leader_epoch", Int32),
-                        ("replicas", Array(Int32)),
-                        ("isr", Array(Int32)),
-                        ("offline_replicas", Array(Int32)),
-                    ),
-                ),
-                ("authorized_operations", Int32),
-            ),
-        ),
-        ("cluster_authorized_operations", Int32),
-    )
-
-
-class _MetadataRequest_v8(RequestStruct):  # type: ignore[misc]
-    API_KEY = 3
-    API_VERSION = 8
-    RESPONSE_TYPE = _MetadataResponse_v8
-    SCHEMA = Schema(
-        ("topics", Array(String("utf-8"))),
-        ("allow_auto_topic_creation", Boolean),
-        ("include_cluster_authorized_operations", Boolean),
-        ("include_topic_authorized_operations", Boolean),
-    )
-
-
-class _AuthorizedOperations(Request[_MetadataRequest_v8]):  # type: ignore[misc]
-    API_KEY = 3
-
-    def __init__(self, topics: list[str]) -> None:
-        self._topics = topics
-
-    def build(self, request_struct_class: type[_MetadataRequest_v8]) -> _MetadataRequest_v8:
-        return request_struct_class(self._topics, False, False, True)
-
-
 TOPIC_AUTHORIZATION_FAILED = 29
 COORDINATOR_WAIT_SECONDS = 30
 UNKNOWN_TOPIC = 3
@@ -378,7 +309,7 @@ async def _topic_operations(
 ) -> dict[str, frozenset[Operation]]:
     """Per existing topic the operations the caller may do on it (none: not even
     DESCRIBE). Topics that do not exist are left out."""
-    response: Any = await client.send(client.get_random_node(), _AuthorizedOperations(topics))
+    response: Any = await client.send(client.get_random_node(), AuthorizedOperations(topics))
     found: dict[str, frozenset[Operation]] = {}
     for error_code, topic, _, _, operations in response.topics:
         if error_code == TOPIC_AUTHORIZATION_FAILED:

@@ -1,6 +1,6 @@
 from collections.abc import Iterator
 
-from pairing.rules import KeyState, KeyTimes, key_times
+from pairing.key_state import KeyState, KeyTimes, key_times
 
 
 class MemoryStore:

@@ -16,17 +16,10 @@ from collections import deque
 from collections.abc import Callable
 
 from pairing.events import Event, Rejection, parse_event
+from pairing.key_state import Conflict, Duplicate, Outcome, Paired, PairingConfig, Unpaired
 from pairing.records import decode_clock, encode_clock
 from pairing.routing import partition_for
-from pairing.rules import (
-    Conflict,
-    Duplicate,
-    Outcome,
-    Paired,
-    PairingConfig,
-    PairingPartition,
-    Unpaired,
-)
+from pairing.rules import PairingPartition
 from pairing.watermarks import EventClock, SourceProgress, WatermarkUpdate
 from tests.reference_model import Expected
 from tests.unit.memory_store import MemoryStore

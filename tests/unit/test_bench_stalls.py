@@ -16,7 +16,7 @@ Stack for <Task pending name='Task-12' coro=<Consumer.commit() running at x> (..
   File "/v/site-packages/aiokafka/consumer/group_coordinator.py", line 900, in commit_offsets
     await asyncio.sleep(self._retry_backoff_ms / 1000)
 Stack for <Task pending name='<coroutine object ExactlyOnceConsumer._commit_handler at 0x1>' (...):
-  File "/r/app/exactly_once/transport.py", line 208, in _commit_handler
+  File "/r/app/exactly_once/consumer.py", line 208, in _commit_handler
     await self.sleep(at - time.monotonic())
   File "/usr/lib/python3.11/asyncio/tasks.py", line 476, in wait_for
     await waiter
@@ -31,7 +31,7 @@ def test_tasks_in_a_commit_or_our_code_are_reported_one_line_each() -> None:
         "Task-12: _commit_offsets (faust/transport/consumer.py:1074)"
         " > commit_offsets (aiokafka/consumer/group_coordinator.py:900)",
         "<coroutine object ExactlyOnceConsumer._commit_handler at 0x1>:"
-        " _commit_handler (app/exactly_once/transport.py:208) > wait_for (tasks.py:476)",
+        " _commit_handler (app/exactly_once/consumer.py:208) > wait_for (tasks.py:476)",
     ]
 
 

@@ -9,8 +9,8 @@ import pytest
 from faust.types import TP
 
 import agents  # noqa: F401  (declares every table with the input topics it serves)
+from app.exactly_once.consumer import ChangelogsNotAssigned
 from app.exactly_once.partition_tasks import PartitionTasks
-from app.exactly_once.transport import ChangelogsNotAssigned
 from app.faust_app import app
 from app.settings import settings
 from tables import pairing_state, source_progress

@@ -14,7 +14,7 @@ from faust.types import TP
 
 from agents import ingest
 from app.exactly_once import backlog, internals, step
-from app.exactly_once import transport as consumer
+from app.exactly_once import commit as commit_steps
 from app.exactly_once.outbox import transactional_id
 from app.exactly_once.partition_tasks import PartitionTask, PartitionTasks
 from app.faust_app import app
@@ -41,7 +41,7 @@ async def test_records_before_commit_go_only_with_partitions_still_assigned(
         committed.append(dict(offsets))
         return True
 
-    monkeypatch.setattr(consumer, "send_in_transaction", send)
+    monkeypatch.setattr(commit_steps, "send_in_transaction", send)
     monkeypatch.setattr(faust_aiokafka.Consumer, "_commit_offsets", commit)
     monkeypatch.setattr(app.consumer, "assignment", lambda: {ASSIGNED, OTHER})
     tasks = app.partition_tasks

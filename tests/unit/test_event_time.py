@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, assume, example, find, given, settings
 from hypothesis import strategies as st
 
-from pairing.rules import PairingConfig
+from pairing.key_state import PairingConfig
 from pairing.watermarks import EventClock
 from tests.reference_model import AmbiguousStream, Expected, expected_outputs
 from tests.unit.simulation import ClockFactory, Simulation

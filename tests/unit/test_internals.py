@@ -18,7 +18,7 @@ from unittest.mock import AsyncMock
 import faust
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.client import AIOKafkaClient
+from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.consumer import fetcher as fetcher_module
 from aiokafka.consumer.fetcher import Fetcher, FetchResult
 from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance, GroupCoordinator
@@ -26,7 +26,7 @@ from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.errors import ProducerFenced, UnknownError
 from aiokafka.producer.sender import Sender
 from aiokafka.protocol.commit import OffsetFetchRequest
-from aiokafka.protocol.group import LeaveGroupRequest_v0
+from aiokafka.protocol.group import LeaveGroupRequest, LeaveGroupRequest_v0
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import ConsumerRecord, TopicPartition
@@ -38,17 +38,13 @@ from faust.types import TP, Message
 from mode.services import ServiceTask
 from mode.utils.queues import FlowControlEvent, ThrowableQueue
 
-from app.exactly_once import internals
-from app.exactly_once import transport as consumer_module
+from app.exactly_once import commit, internals
+from app.exactly_once.application import PairstreamApp, PairstreamTableManager
+from app.exactly_once.consumer import ExactlyOnceConsumer, ExactlyOnceConsumerThread
 from app.exactly_once.flow_queue import RebalanceSafeQueue
 from app.exactly_once.outbox import transactional_id
-from app.exactly_once.transport import (
-    ConcurrentTransactionManager,
-    ExactlyOnceConsumer,
-    ExactlyOnceConsumerThread,
-    ExactlyOnceProducer,
-)
-from app.faust_app import PairstreamApp, PairstreamTableManager, app
+from app.exactly_once.transport import ConcurrentTransactionManager, ExactlyOnceProducer
+from app.faust_app import app
 from app.kafka.offset_fetch import OffsetFetchRequest_v7, OffsetFetchResponse_v7
 from app.settings import settings
 from app.worker import PairstreamWorker
@@ -324,7 +320,7 @@ async def test_a_commit_not_ended_after_the_transaction_timeout_crashes_the_work
     monkeypatch.setattr(app, "crash", crash)
     monkeypatch.setattr(app.producer, "commit_transactions", hangs)
     short = settings().model_copy(update={"transaction_timeout_seconds": 0.05})
-    monkeypatch.setattr(consumer_module, "settings", lambda: short)
+    monkeypatch.setattr(commit, "settings", lambda: short)
     manager = app.consumer.transactions
     assert isinstance(manager, ConcurrentTransactionManager)
     assert await asyncio.wait_for(manager.commit({TP("events", 0): 7}), 5) is False
@@ -762,15 +758,15 @@ async def test_group_member_id_is_the_one_aiokafka_joined_with() -> None:
 def test_remove_group_member_uses_aiokafka_s_client_as_it_is() -> None:
     """The calls `remove_group_member` makes of aiokafka's client (broker behaviour:
     tests/integration/test_kafka_admin.py)."""
-    lookup = inspect.signature(internals.AIOKafkaClient.coordinator_lookup)
+    lookup = inspect.signature(AIOKafkaClient.coordinator_lookup)
     assert list(lookup.parameters) == ["self", "coordinator_type", "coordinator_key"]
-    assert list(inspect.signature(internals.AIOKafkaClient.send).parameters)[:3] == [
+    assert list(inspect.signature(AIOKafkaClient.send).parameters)[:3] == [
         "self",
         "node_id",
         "request",
     ]
-    assert internals.CoordinationType.GROUP == 0
-    built = internals.LeaveGroupRequest("group", "member-1").build(LeaveGroupRequest_v0)
+    assert CoordinationType.GROUP == 0
+    built = LeaveGroupRequest("group", "member-1").build(LeaveGroupRequest_v0)
     assert (built.group, built.member_id) == ("group", "member-1")
 
 

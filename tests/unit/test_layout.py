@@ -19,6 +19,7 @@ LAYERS: dict[str, int] = {
     "app.settings": 1,  # configuration and Kafka administration
     "app.kafka": 1,
     "delivery.client": 1,
+    "delivery.latency": 1,
     "app.exactly_once": 2,  # the core
     "delivery.dispatcher": 2,
     "app.faust_app": 3,  # the one app and its topics

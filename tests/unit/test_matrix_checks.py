@@ -3,8 +3,8 @@ older one than the last committed (tests/integration/scenarios.py)."""
 
 from __future__ import annotations
 
+from pairing.key_state import KeyState
 from pairing.records import CLOCK_KEY, encode_state
-from pairing.rules import KeyState
 from tests.integration.scenarios import forgotten_events
 
 

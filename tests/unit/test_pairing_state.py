@@ -12,7 +12,7 @@ import pytest
 import tables.pairing_state as pairing_state
 from app.exactly_once.local_state import LocalState
 from app.exactly_once.partition_tasks import PartitionTask
-from pairing.rules import KeyState, PendingEvent
+from pairing.key_state import KeyState, PendingEvent
 from tables.pairing_state import PartitionState
 from tests.unit.test_local_state import A, fake_table
 

@@ -18,11 +18,11 @@ import pytest
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
+from app.exactly_once import consumer as consumer_module
 from app.exactly_once import outbox_sends, step
-from app.exactly_once import transport as consumer_module
+from app.exactly_once.consumer import ExactlyOnceConsumer, Stalled
 from app.exactly_once.outbox import DeliveryFailed
 from app.exactly_once.partition_tasks import PartitionTask, PartitionTasks
-from app.exactly_once.transport import ExactlyOnceConsumer, Stalled
 from app.faust_app import app
 from app.settings import settings
 

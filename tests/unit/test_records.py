@@ -4,6 +4,7 @@ from decimal import Decimal
 from typing import Any
 
 from pairing.events import Event, parse_event
+from pairing.key_state import KeyState, Paired, PendingEvent, key_times
 from pairing.records import (
     Source,
     dead_letter_record,
@@ -20,7 +21,6 @@ from pairing.records import (
     loads,
     pair_record,
 )
-from pairing.rules import KeyState, Paired, PendingEvent, key_times
 from pairing.watermarks import EventClock, WatermarkUpdate
 
 SOURCE = Source("events", 0, 42, 1_707_508_800_250)

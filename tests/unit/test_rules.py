@@ -4,16 +4,8 @@ over random partitioned streams is in test_event_time.py."""
 from decimal import Decimal
 
 from pairing.events import Event, parse_event
-from pairing.rules import (
-    Conflict,
-    Duplicate,
-    Outcome,
-    Paired,
-    PairingConfig,
-    PairingPartition,
-    PendingSummary,
-    Unpaired,
-)
+from pairing.key_state import Conflict, Duplicate, Outcome, Paired, PairingConfig, Unpaired
+from pairing.rules import PairingPartition, PendingSummary
 from pairing.watermarks import EventClock, SourceProgress, WatermarkUpdate
 from tests.unit.memory_store import MemoryStore
 

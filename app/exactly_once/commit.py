@@ -1,0 +1,138 @@
+"""The commit of a set of partitions' transactions, in order. faust drives it (its
+periodic commit, a rebalance, a stop, a handoff); the overrides in consumer.py and
+transport.py call the steps here. docs/exactly-once.md says why each step is needed.
+
+1. Take the partitions: each one's commit lock, then its step lock, so no step is
+   half-way (`commit_partitions`, PartitionTasks.committing).
+2. Take each partition's offset: where processing has reached in offset order
+   (ExactlyOnceConsumer._new_offset, faust's call).
+3. Add the records each stage sends just before a commit (ingest's event-time
+   progress) to the partition's transaction (`before_transactions_commit`).
+4. Let steps go on, held: what they make waits in their outbox for the next
+   transaction (same function).
+5. Commit every partition's transaction together: offsets, then the end, under the
+   transaction timeout; a fenced or hung commit crashes the worker (`end_transactions`).
+6. Stop the held steps taking more, then, for the partitions whose offset moved:
+   apply their table writes to RocksDB, count them, tell the commit listeners
+   (`commit_partitions`).
+7. Send what held steps made into the transactions that have begun (`send_held`).
+If what held steps made cannot reach a transaction, the worker crashes: a restart
+processes those records again from the committed offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from aiokafka.errors import ProducerFenced
+from faust.types import TP, AppT
+
+from app.exactly_once import internals
+from app.exactly_once.outbox import send_in_transaction, transactional_id
+from app.exactly_once.outbox_sends import send_outbox
+from app.exactly_once.partition_tasks import PartitionTask, PartitionTasks
+from app.settings import settings
+
+log = logging.getLogger(__name__)
+
+
+async def commit_partitions(
+    app: AppT,
+    consumer: Any,
+    tps: list[TP],
+    commit: Callable[[list[TP]], Awaitable[bool]],
+) -> bool:
+    """Steps 1, 6 and 7 around faust's `commit` of `tps` (steps 2-5)."""
+    tasks: PartitionTasks = consumer.tasks
+    async with tasks.committing(tps) as committing:
+        before = {tp: internals.committed_offset(consumer, tp) for tp in tps}
+        try:
+            result = await commit(tps)
+        except Exception as exc:
+            await _crash_if_held(app, committing, exc)
+            raise
+        held = [task for task in committing if task.committing]
+        await tasks.stop_steps(held)
+        if result:
+            for task in committing:
+                if task not in held:  # else cleared when let go; held steps wish anew
+                    task.commit_due = None
+            moved = [tp for tp in tps if internals.committed_offset(consumer, tp) != before[tp]]
+            # Before the held writes are sent: they are in no committed transaction.
+            tasks.local_state.committed(set(moved))
+            tasks.stats.committed(moved, time.time())
+            if moved and tasks.commit_listeners:
+                offsets = {tp: internals.committed_offset(consumer, tp) or 0 for tp in moved}
+                for listener in tasks.commit_listeners:
+                    listener(offsets)
+        try:
+            for task in held:
+                await send_held(app, tasks, task)
+        except Exception as exc:
+            await _crash_if_held(app, committing, exc)
+            raise
+        return result
+
+
+async def before_transactions_commit(
+    app: AppT, tasks: PartitionTasks, assignment: set[TP], offsets: Mapping[TP, int], new: bool
+) -> None:
+    """Steps 3 and 4, under the partitions' locks with their offsets taken. Records only
+    for partitions still assigned: faust discards the commit of the others, and records
+    sent for them would keep a transaction open until the broker aborts it."""
+    for tp in offsets:
+        hook = tasks.commit_hooks.get(tp.topic)
+        task = tasks.get(tp)
+        if hook is None or task is None or tp not in assignment:
+            continue
+        records = hook(task)
+        if records:
+            await send_in_transaction(app, tp, records)
+    if new:  # else no transaction would take what steps held
+        tasks.let_steps_go(offsets)
+
+
+async def end_transactions(
+    app: AppT, producer: Any, offsets: Mapping[TP, int], start_new_transaction: bool
+) -> bool:
+    """Step 5: False (and the worker crashing) when this worker is fenced or the commit
+    outlived the transaction timeout. faust's commit answered True when fenced, and our
+    local state then applied the aborted transaction's writes."""
+    by_transaction: defaultdict[str, dict[TP, int]] = defaultdict(dict)
+    for tp, offset in offsets.items():
+        by_transaction[transactional_id(app, tp)][tp] = offset
+    # Past the transaction timeout the broker has aborted them: the commit never ends.
+    watchdog = asyncio.timeout(settings().transaction_timeout_seconds)
+    try:
+        async with watchdog:
+            await producer.commit_transactions(
+                by_transaction, app.conf.id, start_new_transaction=start_new_transaction
+            )
+    except ProducerFenced as exc:
+        log.warning("commit failed, this worker is fenced: %r", exc)
+        await app.crash(exc)
+        return False
+    except TimeoutError as exc:
+        if not watchdog.expired():
+            raise
+        log.error("commit not ended after the transaction timeout: crashing the worker")
+        await app.crash(exc)
+        return False
+    return True
+
+
+async def send_held(app: AppT, tasks: PartitionTasks, task: PartitionTask) -> None:
+    """Step 7: the next transaction has begun, and the caller holds the task's lock."""
+    if task.held and not task.broken:
+        await send_outbox(app, tasks.stats, task, 0)
+
+
+async def _crash_if_held(app: AppT, tasks: list[PartitionTask], exc: Exception) -> None:
+    # What held steps made cannot be sent (the tasks become `broken` as the commit ends).
+    if any(task.held for task in tasks):
+        await app.crash(exc)
