@@ -1,4 +1,4 @@
-"""The deposit chain (seed 001): a validation service and a downstream ledger, each
+"""The deposit chain: a validation service and a downstream ledger, each
 consuming, updating its state in a changelog-backed table (a compacted topic) and
 producing in one transaction. Imported only when PAIRSTREAM_CHAIN_ENABLED is set.
 

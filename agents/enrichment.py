@@ -1,4 +1,4 @@
-"""Enrichment (seed 003): each pair joined with its day's row of the reference table
+"""Enrichment: each pair joined with its day's row of the reference table
 (`sources`, compacted, keyed `YYYY-MM-DD`) into `pairs.enriched`, exactly once.
 Imported only when PAIRSTREAM_ENRICHMENT_ENABLED is set.
 

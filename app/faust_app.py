@@ -46,7 +46,7 @@ def create_app() -> PairstreamApp:
         # faust's 5 minutes: a worker whose first metadata missed a just-created topic
         # was assigned none of its partitions, and stayed so until the next refresh.
         consumer_metadata_max_age_ms=int(conf.metadata_refresh_seconds * 1000),
-        # Sends from a second thread would leave the transactions (faust issue 177).
+        # Sends from a second thread would leave the transactions (faust-streaming issue 177).
         producer_threaded=False,
         # Wait for in-flight events before a rebalance commits.
         stream_wait_empty=True,

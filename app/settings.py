@@ -183,7 +183,7 @@ class Settings(BaseSettings):
     event_loop: Literal["uvloop", "aio"] = Field(
         "uvloop",
         description="a worker's event loop: uvloop, or asyncio's own (aio), slower in its"
-        " loop and socket transports (docs/BENCHMARKS.md); faust's `-L` is overridden",
+        " loop and socket transports; faust's `-L` is overridden",
     )
     gc_thresholds: tuple[int, int, int] = Field(
         (100_000, 50, 100),
@@ -224,7 +224,7 @@ class Settings(BaseSettings):
         " faust calls it for every record, event and send, a cost on the hot path",
     )
 
-    # The deposit chain (seed 001): validation and ledger services (docs/chain.md)
+    # The deposit chain: validation and ledger services (docs/chain.md)
     chain_enabled: bool = Field(False, description="run the deposit chain's agents")
     deposits_topic: str = Field("deposits", description="deposits in (JSON)")
     accounts_topic: str = Field("accounts", description="account changes in (compacted)")
@@ -233,7 +233,7 @@ class Settings(BaseSettings):
         "deposits.dlq", description="invalid deposits and account changes, with the reason"
     )
 
-    # Enrichment of pairs from a reference table (seed 003, docs/chain.md)
+    # Enrichment of pairs from a reference table (docs/chain.md)
     enrichment_enabled: bool = Field(False, description="run the enrichment agents")
     sources_topic: str = Field("sources", description="reference rows by day (compacted)")
     enriched_topic: str = Field("pairs.enriched", description="pairs with their day's row")

@@ -46,7 +46,7 @@ def waiting(dump: str) -> list[str]:
             path = frame["path"]
             library = path.partition("site-packages/")[2]
             ours = not library and "/lib/python" not in path and "/.venv/" not in path
-            # Ours from its package (app/exactly_once/transport.py), a library's from its
+            # Ours from its package (app/exactly_once/consumer.py), a library's from its
             # package, the stdlib's by name.
             where = _ours(path) if ours else library or Path(path).name
             tasks[-1][1].append((frame["function"], f"{where}:{frame['line']}", ours))

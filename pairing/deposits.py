@@ -1,4 +1,4 @@
-"""The deposit chain (seed 001), pure: parsing deposits and account changes,
+"""The deposit chain, pure: parsing deposits and account changes,
 validating a deposit against its account, and the ledger's totals.
 
 Inputs are read by the one grammar (pairing/grammar.py, docs/grammar.md). Amounts are

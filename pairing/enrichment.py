@@ -1,4 +1,4 @@
-"""Enrichment of pairs from a reference table (seed 003), pure.
+"""Enrichment of pairs from a reference table, pure.
 
 The reference is a calendar: one row per day (`YYYY-MM-DD`, the key of the compacted
 `sources` topic), e.g. the tariff or the trading session that applies that day. A

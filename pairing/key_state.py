@@ -90,7 +90,7 @@ KeyTimes = tuple[str, int, float | None, list[float]]
 """What the indexes need of one stored key: the key, its time, when its pending event
 started waiting (None: nothing pending), and when each of its held late events did. A
 rebuild reads these, not whole states: building a million `KeyState`s was three
-quarters of a restart's rebuild (docs/BENCHMARKS.md)."""
+quarters of a restart's rebuild."""
 
 
 def key_times(key: str, state: KeyState) -> KeyTimes:

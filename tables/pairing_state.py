@@ -41,7 +41,7 @@ def stored_state(key: str) -> KeyState | None:
 RECENT_STATES = 20_000
 """How many key states a keyed partition keeps decoded, as it last read or wrote them.
 A partner or a duplicate mostly comes soon after the event before it, and reading and
-decoding its state again was 6.7% of a worker's CPU (docs/BENCHMARKS.md). At a
+decoding its state again was 6.7% of a worker's CPU. At a
 few hundred bytes a state, tens of MiB for a worker's partitions."""
 
 

@@ -1,4 +1,4 @@
-"""Accounts and deposits for the deposit chain (seed 001), and what a correct chain
+"""Accounts and deposits for the deposit chain, and what a correct chain
 makes of them:
 
     python -m tools.deposits --accounts 1000 --deposits 20000 --rate 2000 --seed 1 \

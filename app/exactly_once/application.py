@@ -21,10 +21,9 @@ from app.settings import settings
 
 
 class PairstreamApp(faust.App):
-    """faust.App with a transport whose commits never split an event
-    (app/exactly_once/transport.py),
-    buffers a rebalance clears for good (app/exactly_once/flow_queue.py), the registry of this
-    worker's partition tasks, and the delivery dispatcher."""
+    """faust.App with a transport whose commits never split an event (transport.py),
+    buffers a rebalance clears for good (flow_queue.py), and the registry of this
+    worker's partition tasks."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

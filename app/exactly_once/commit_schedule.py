@@ -1,4 +1,4 @@
-"""When the periodic commits fall (app/exactly_once/transport.py runs them).
+"""When the periodic commits fall (consumer.py runs them).
 
 An output is visible only once its transaction commits, so it waits for the next
 commit: the commits keep to the clock, one every commit interval counted from the
@@ -14,7 +14,7 @@ next. So pairing also says by when its outputs should be visible (a commit inter
 after the earliest input behind them, by the input records' timestamps, less the
 allowance `lead` gives the commit), and a commit of everything comes then if that is
 sooner than the clock: at 50% load and 1 s commits, p99 from send to visible went from
-1.41-1.50 s on the clock alone to 0.96-0.99 s (docs/BENCHMARKS.md).
+1.41-1.50 s on the clock alone to 0.96-0.99 s.
 """
 
 from __future__ import annotations
@@ -69,6 +69,6 @@ def lead(interval: float, handoff: float) -> float:
     wake-up (up to a handoff interval late: it wakes for ingest's handoffs), the commit
     (what the producer gathered is sent, then the transactions end) and a reader's
     fetch. Two handoff intervals (0.1 s) left p99 at 1.00-1.15 s at 1 s commits and 50%
-    load; a quarter of the interval, 0.83-1.05 s (docs/BENCHMARKS.md). Never under half
+    load; a quarter of the interval, 0.83-1.05 s. Never under half
     an interval, the least the schedule leaves between two commits of everything."""
     return max(interval / 2, interval - max(2 * handoff, interval / 4))

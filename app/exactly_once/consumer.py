@@ -63,11 +63,8 @@ class ExactlyOnceConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
     def _create_worker_consumer(self, transport: Any) -> AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
-        # The broker answers one connection's requests in turn, so every offset look-up
-        # of a rebalance or a restore waited behind a fetch of quiet partitions, held
-        # for faust's fixed 1.5 s: about 3 s of each recovery after a kill. And under a
-        # trickle, fetches that return at the first byte kept both of the worker's
-        # threads busy with one-record fetches and runs (docs/BENCHMARKS.md).
+        # The broker answers a connection's requests in turn: faust's fixed 1.5 s fetch wait held
+        # every offset look-up of a recovery behind a fetch of quiet partitions.
         internals.set_fetch_limits(
             consumer, settings().fetch_min_bytes, settings().fetch_max_wait_seconds
         )
@@ -77,15 +74,9 @@ class ExactlyOnceConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         return consumer
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
-        # Only faust's recovery asks: how far to restore each changelog partition.
-        # faust reads aiokafka's cached last stable offset, which is None until the
-        # first fetch; it then takes -1 as the end of a changelog and skips recovery,
-        # or crashes with ConsistencyError. So ask the broker (with read_committed,
-        # ListOffsets answers the last stable offset). And faust restores up to the
-        # offset before that end, which on a transactional changelog is a commit
-        # marker, never delivered: each restore then waited for two 5 s idle polls and
-        # a probe per partition (16-22 s of a 30-44 s recovery). So answer one past
-        # the last committed record, where there is one near the end.
+        # Only faust's recovery asks, how far to restore: the broker's last stable offset, and one
+        # past the last committed record rather than a commit marker never delivered
+        # (docs/exactly-once.md, 8).
         client = internals.client_consumer(self)
         ends: Mapping[TP, int] = await client.end_offsets(partitions)
         last = await last_committed_records(settings(), ends)
@@ -110,18 +101,8 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         return ExactlyOnceConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
     async def _getmany(self, active_partitions: set[TP] | None, timeout: float) -> Any:
-        # faust hands the fetch its live set of active partitions, and the fetch waits
-        # up to `timeout` for records. A pause meanwhile (the end of a restore pauses
-        # every active changelog partition) can empty that set, which aiokafka takes
-        # for "every partition": it returned what it had prefetched for partitions
-        # faust had not resumed, standby changelogs among them, and faust dropped those
-        # records as not active after aiokafka had moved past them. A standby so missed
-        # up to a whole fetch of its changelog (docs/exactly-once.md, point 21).
-        # faust waits up to 1 s. A partition whose stream buffer filled is left out of
-        # the fetch, and aiokafka fetches nothing new for one whose records it holds, so
-        # while that buffer drained in milliseconds the wait ran out its second, with
-        # both the worker and the broker idle: 0.7-1 s of a 7 s benchmark run, in 3 runs
-        # of 4. No longer than a fetch waits at the broker, then ask again.
+        # A copy of the active set: emptied by a pause mid-fetch, aiokafka read it as "all" and
+        # standbys lost records (docs/exactly-once.md, 21). Waits no longer than a broker fetch.
         timeout = min(timeout, settings().fetch_max_wait_seconds)
         if active_partitions is None:
             fetched = await super()._getmany(None, timeout)
@@ -135,12 +116,8 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         return in_runs(fetched, self.tasks.in_runs, settings().max_run_records)
 
     async def wait_first(self, *coros: Any, timeout: Any = None) -> WaitResults:
-        # faust's fetch loop (`_drain_messages`) hands each record to the conductor as
-        # wait_first(callback(message), self.suspend_flow.wait()): four tasks and an
-        # asyncio.wait per record, three of them then cancelled. So the hand-over runs
-        # here first; one that has to wait (a full queue), or any while the flow is
-        # suspended or the consumer stopping, takes faust's way, and the same
-        # rebalance rules apply to it.
+        # faust hands each record over with four tasks and an asyncio.wait; eager.py runs the
+        # hand-over at once and falls back to faust's way when it has to wait.
         if not (
             timeout is None
             and len(coros) == 2
@@ -153,11 +130,8 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         if started.rest is not None:
             return await super().wait_first(started.rest, flow_suspended)
         flow_suspended.close()
-        # Still one turn of the event loop per record, as faust's way took. Handing
-        # over a whole fetch at once held the loop for milliseconds, and every commit's
-        # round trips waited behind it: handoff commits took 18 ms instead of 11, under
-        # the locks of ingest's partitions, and p99 at 1,160 events/s went from 1.1 s
-        # to 1.5-2.6 s.
+        # One turn of the loop per record, as faust's way took: handing over a whole fetch at once
+        # held the loop, and every commit's round trips with it.
         await asyncio.sleep(0)
         return WaitResults([handover], [started.result], False)
 
@@ -197,11 +171,8 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
 
     @Service.task
     async def _stall_watchdog(self) -> None:
-        # A step or a commit that waits for ever holds its partition for ever: seen after
-        # a broker's hard bounce, a produce retry waiting for a metadata update that no
-        # task ran any more (docs/exactly-once.md, point 25). Whatever the cause, once
-        # it has run past the transaction timeout its transaction is aborted, and only a
-        # restart processes the partition again.
+        # A step or commit past the transaction timeout has had its transaction aborted, and holds
+        # its partition for ever: crash, and restart (docs/exactly-once.md, 25).
         limit = settings().transaction_timeout_seconds
         while not self.should_stop:
             await asyncio.sleep(min(5.0, limit / 4))  # stop cancels it
@@ -246,11 +217,9 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
             # abort it, and be processed again after the restart.
             await self.force_commit(start_new_transaction=False)
         except IllegalOperation as exc:
-            # The second time, faust sometimes still finds offsets to commit for a
-            # transaction the first time ended. Raised, this stopped the consumer's
-            # stop half-way and the process hung until SIGKILL. No record can have
-            # been sent for those offsets (aiokafka refuses a send outside a
-            # transaction); left uncommitted, they are read again after a restart.
+            # faust's second commit on stop can find offsets of a transaction already
+            # ended. No record was sent for them; left uncommitted, they are read again
+            # (docs/exactly-once.md, 12).
             log.warning("on stop, offsets left uncommitted: %s", exc)
 
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
@@ -270,12 +239,8 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         await super().on_partitions_revoked(revoked)
 
     async def _retire_transaction_producers(self, revoked: set[TP]) -> None:
-        # faust stops the producer of a revoked partition only if the partition is not a
-        # standby in the next assignment, and reuses a kept producer when the partition
-        # comes back. Meanwhile another worker has initialised the same transactional id,
-        # which fences the kept producer: its first send after the partition returns fails
-        # and the worker crashes (fault matrix, rebalance with standbys). Everything acked
-        # is committed by now, so each comes back as a fresh producer that fences the rest.
+        # A producer kept for a partition that comes back was fenced meanwhile by its other owner:
+        # everything acked is committed, so start afresh (docs/exactly-once.md, 15).
         for tid in sorted({transactional_id(self.app, tp) for tp in revoked}):
             await self.app.producer.stop_transaction(tid)
 
@@ -283,7 +248,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         missing = self.tasks.changelogs_missing(self.app.assignor.assigned_actives())
         if missing:
             # Before faust takes the assignment on: no step of it runs. A restart
-            # joins again, with the changelogs declared and seen first (app/faust_app.py).
+            # joins again, with the changelogs declared and seen first (application.py).
             self.tasks.closing = True
             await self.app.crash(ChangelogsNotAssigned(missing))
             return
@@ -291,16 +256,8 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         await super().on_partitions_assigned(assigned, generation_id)
 
     async def position(self, tp: TP) -> int | None:
-        # Only faust's recovery asks, to decide that everything left of a changelog
-        # up to its highwater is aborted transactions: it then takes the restore as
-        # complete. It decides so when the fetch position has passed the highwater,
-        # but records can be fetched and never handed to the recovery (a seek does
-        # not reset faust's last-read filter; a batch is dropped when the flow or
-        # generation changes). A fault-matrix run lost 16 pairs, by all signs that
-        # way: a worker resumed with committed pending events missing from its table
-        # after a restore that ended before any record reached it. So answer
-        # "not there yet" while committed records after the last applied one exist,
-        # and fetch them again.
+        # Only faust's recovery asks, to take a restore as complete: not while committed records
+        # after the last one applied exist; fetch those again (docs/exactly-once.md, 27).
         position: int | None = await super().position(tp)
         applied, highwater = internals.restore_offsets(cast(Any, self.app.tables).recovery, tp)
         if position is None or applied is None or highwater is None or position < highwater:
@@ -317,13 +274,8 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         return applied + 1
 
     def resume_partitions(self, tps: Iterable[TP]) -> None:
-        # At the end of a recovery faust resumes the stream partitions, seeks them to
-        # the committed offsets, and then clears the agents' buffers (the flow control
-        # resume). Records fetched before the seek come from wherever the fetcher
-        # stood; records fetched between the seek and the clearing are thrown away
-        # while faust's last-read offset has moved past them, so they are never
-        # delivered again. Stream partitions are therefore resumed only when the
-        # flow resumes after the seek (resume_flow).
+        # Stream partitions resume only when the flow resumes after the seek to the committed
+        # offsets: records fetched in between were dropped for good (docs/exactly-once.md, 14).
         tps = set(tps)
         streams = {tp for tp in tps if not internals.is_changelog(self, tp)}
         self._resume_after_seek.update(streams)
@@ -342,10 +294,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         for tp in assignment:
             committed = internals.committed_offset(self, tp)
             if not committed and not internals.is_changelog(self, tp):
-                # aiokafka seeks only partitions whose committed offset is above 0; the
-                # others stay where records fetched and dropped during the restore left
-                # them, past records never delivered. A delivery worker restarted before
-                # its first commit of the delivery log so waited for that log for ever.
+                # aiokafka seeks only partitions committed above 0 (docs/exactly-once.md, 18).
                 await self.seek(tp, 0)
             task = self.tasks.get(tp)
             if task is not None:
@@ -361,20 +310,12 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
             self._resume_with_flow.clear()
 
     async def _add_gap(self, tp: TP, offset_from: int, offset_to: int) -> None:
-        # faust's fetcher reports the offsets it did not deliver (transaction markers,
-        # and with runs every offset of a run but its last) for its own commit offset;
-        # `_new_offset` below does not read them. Kept, each report cost an interval
-        # tree insert and merge and a turn of the event loop: 2.5% of a worker's CPU.
+        # `_new_offset` does not read faust's gaps; keeping them cost an interval tree per run.
         return None
 
     def _new_offset(self, tp: TP) -> int | None:
-        # A commit takes the offset processing has reached in this assignment: every
-        # record before it was processed, in order, or never delivered (transaction
-        # markers, aborted records; app/exactly_once/offset_order.py). faust works it out from its
-        # acked
-        # offsets and the gaps its fetcher saw, which went wrong three ways
-        # (docs/exactly-once.md, 13, 14 and 19); the last made commits move one offset
-        # at a time, and the partition's next owner processed thousands of records again.
+        # Where processing has reached in offset order (offset_order.py); faust's acks and gaps
+        # went wrong three ways (docs/exactly-once.md, 13, 14 and 19).
         task = self.tasks.get(tp)
         # (Never with steps held: their records are in no transaction yet.)
         reached = task.offsets.next if task is not None and not task.broken else None

@@ -2,7 +2,7 @@
 wait becomes something to schedule.
 
 faust's fetch loop hands every record to the conductor as its own task, raced
-against two more (app/exactly_once/transport.py, `ExactlyOnceConsumer.wait_first`). Nearly every
+against two more (consumer.py, `ExactlyOnceConsumer.wait_first`). Nearly every
 hand-over completes without waiting: the agent's queue has room. Run eagerly, such
 a hand-over costs no task at all; one that does wait continues, from where it
 stopped, in the task the caller makes of `Started.rest`.

@@ -21,7 +21,7 @@ class RebalanceSafeQueue(ThrowableQueue[T]):
     it waits for the flow and puts its record after the clearing, ahead of what the
     fetch brings again. A restore took such a record as the offset it had reached and
     dropped the 2,040 committed records before it as already applied: 86 pairs lost
-    (docs/fault-matrix.md, seed 4471). So a put that waited for the flow while the
+    (docs/fault-matrix.md, defects). So a put that waited for the flow while the
     buffer was cleared is dropped; its record is fetched again."""
 
     def __init__(self, maxsize: int = 0, *, flow_control: FlowControlEvent, **kwargs: Any) -> None:

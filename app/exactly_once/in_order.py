@@ -12,7 +12,7 @@ from faust.types import TP, EventT
 
 from app.exactly_once import internals
 from app.exactly_once.application import PairstreamApp
-from app.exactly_once.offset_order import Progress, Verdict
+from app.exactly_once.offset_order import OffsetOrder, Verdict
 from app.kafka.admin import committed_records_between
 from app.settings import settings
 
@@ -108,7 +108,7 @@ async def _admitted(app: PairstreamApp, message: Any, offset: int) -> bool:
     return False
 
 
-async def _check_jump(tp: TP, offsets: Progress, offset: int) -> Verdict:
+async def _check_jump(tp: TP, offsets: OffsetOrder, offset: int) -> Verdict:
     sought = offsets.next
     assert sought is not None  # a jump is measured from the sought offset
     if not await committed_records_between(settings(), tp, sought, offset - 1):

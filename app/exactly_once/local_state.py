@@ -23,7 +23,7 @@ from typing import Any, Final
 from faust.types import TP
 
 from app.exactly_once import internals
-from app.exactly_once.outbox import Delivery, Outbox, delivered_offset
+from app.exactly_once.outbox import Outbox, SendReceipt, acked_offset
 
 Value = bytes | None  # None: deleted
 _ABSENT: Final = object()
@@ -43,7 +43,7 @@ class LocalPartition:
         # Per partition task that wrote here: the delivery of the last changelog record
         # it sent. One producer's records reach a partition in order, so that one has
         # its highest offset.
-        self.last_sent: dict[TP, Delivery] = {}
+        self.last_sent: dict[TP, SendReceipt] = {}
 
     def get(self, key: bytes) -> Value:
         found = self.uncommitted.get(key, _ABSENT)
@@ -76,7 +76,7 @@ class LocalPartition:
                 batch.delete(key)
             else:
                 batch.put(key, value)
-        offsets = [delivered_offset(sent) for sent in self.last_sent.values()]
+        offsets = [acked_offset(sent) for sent in self.last_sent.values()]
         known = [offset for offset in offsets if offset is not None]
         if known and len(known) == len(offsets):
             # Otherwise (never seen: a commit waits for every delivery) the persisted
@@ -167,11 +167,11 @@ class StepWrites:
         uncommitted writes."""
         return self._staged.get(local, {})
 
-    def sent(self, deliveries: Sequence[Delivery]) -> None:
-        """The step's records are sent into its transaction (`deliveries` in outbox order)."""
+    def sent(self, receipts: Sequence[SendReceipt]) -> None:
+        """The step's records are sent into its transaction (`receipts` in outbox order)."""
         for local, staged in self._staged.items():
             local.uncommitted.update(staged)
-            local.last_sent[self.tp] = deliveries[self._last_record[local]]
+            local.last_sent[self.tp] = receipts[self._last_record[local]]
         self.discard()
 
     def discard(self) -> None:

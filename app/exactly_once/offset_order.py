@@ -8,7 +8,7 @@ takes the longest run of acked offsets, and it accepts one unacked offset at the
 that run (it takes it for a transaction marker). So a record that was delivered, skipped,
 and then passed over by a later one is lost.
 
-`Progress` decides, per delivered record, whether it is the next to process, and
+`OffsetOrder` decides, per delivered record, whether it is the next to process, and
 remembers the records it had to skip so that a later one cannot jump over them.
 Offsets that were never delivered (transaction markers, aborted records) may be jumped.
 """
@@ -25,7 +25,7 @@ class Verdict(Enum):
     OUT_OF_ORDER = "out_of_order"  # an earlier delivered record is still unprocessed
 
 
-class Progress:
+class OffsetOrder:
     __slots__ = ("anchored", "next", "unprocessed")
 
     def __init__(self) -> None:

@@ -14,21 +14,21 @@ from faust.types import TP, AppT
 from app.exactly_once import internals
 
 Record = tuple[str, bytes | None, bytes | None, int | None]  # topic, key, value, partition
-# Where a sent record's delivery shows: the future that reports it (its batch's, or its
+# Where a sent record's ack shows: the future that reports it (its batch's, or its
 # own for a record that opened a batch), and its offset after the one that reports.
-Delivery = tuple["asyncio.Future[Any]", int]
+SendReceipt = tuple["asyncio.Future[Any]", int]
 
 
-def delivered_offset(delivery: Delivery) -> int | None:
-    """The record's offset once delivered; None before, or if it failed."""
-    future, after = delivery
+def acked_offset(receipt: SendReceipt) -> int | None:
+    """The record's offset once the broker acked it; None before, or if it failed."""
+    future, after = receipt
     if not future.done() or future.cancelled() or future.exception() is not None:
         return None
     offset: int = future.result().offset
     return offset + after
 
 
-class DeliveryFailed(RuntimeError):
+class SendFailed(RuntimeError):
     pass
 
 
@@ -64,9 +64,9 @@ def transactional_id(app: AppT, tp: TP) -> str:
     return f"{app.conf.id}-{tp.topic}-{tp.partition}"
 
 
-async def send_in_transaction(app: AppT, tp: TP, records: list[Record]) -> list[Delivery]:
+async def send_in_transaction(app: AppT, tp: TP, records: list[Record]) -> list[SendReceipt]:
     """Send into the open transaction that carries tp's offsets, and return the
-    records' deliveries. The caller holds the lock of tp's task
+    records' receipts. The caller holds the lock of tp's task
     (PartitionTask.lock), so no commit of tp comes in between. With
     `bench_without_transactions` (no transactions) the same sends go through the
     app's plain producer, which faust flushes before each commit."""
@@ -77,7 +77,7 @@ async def send_in_transaction(app: AppT, tp: TP, records: list[Record]) -> list[
     transaction = internals.transaction_producer(tid)
     if transaction is None:
         # Sending without the transaction would break exactly-once: stop instead.
-        raise DeliveryFailed(f"no open transaction {tid} for {tp}")
+        raise SendFailed(f"no open transaction {tid} for {tp}")
     producer, lock = transaction
     async with lock:
         return await _send(producer, records, failed)
@@ -85,7 +85,7 @@ async def send_in_transaction(app: AppT, tp: TP, records: list[Record]) -> list[
 
 async def _send(
     producer: Any, records: list[Record], failed: Callable[[asyncio.Future[Any]], None]
-) -> list[Delivery]:
+) -> list[SendReceipt]:
     """Hand the records to an aiokafka producer in order: appended to the batch open
     for their partition, or to one opened behind the full ones
     (`internals.append_to_open_batches`); through its `send` only for a partition the
@@ -93,7 +93,7 @@ async def _send(
     metadata look-up per record: they were about a fifth of a worker's CPU. `failed`
     watches each batch once, not each record (a callback per record was 5% of the
     CPU)."""
-    deliveries: list[Delivery] = []
+    receipts: list[SendReceipt] = []
     watched: set[asyncio.Future[Any]] = set()
 
     def watch(batch: asyncio.Future[Any]) -> None:
@@ -101,21 +101,21 @@ async def _send(
             watched.add(batch)
             batch.add_done_callback(failed)
 
-    index = internals.append_to_open_batches(producer, records, 0, deliveries, watch)
+    index = internals.append_to_open_batches(producer, records, 0, receipts, watch)
     while index < len(records):
         topic, key, value, partition = records[index]
         own = await producer.send(topic, value, key=key, partition=partition)
         own.add_done_callback(failed)
-        deliveries.append((own, 0))
-        index = internals.append_to_open_batches(producer, records, index + 1, deliveries, watch)
-    return deliveries
+        receipts.append((own, 0))
+        index = internals.append_to_open_batches(producer, records, index + 1, receipts, watch)
+    return receipts
 
 
 def _crash_on_failure(app: Any, tid: str) -> Callable[[asyncio.Future[Any]], None]:
     def check(delivery: asyncio.Future[Any]) -> None:
         if not delivery.cancelled() and delivery.exception() is not None:
             # The transaction cannot commit; crash so it aborts and replays.
-            failed = DeliveryFailed(f"transaction {tid}: {delivery.exception()!r}")
+            failed = SendFailed(f"transaction {tid}: {delivery.exception()!r}")
             app.add_future(app.crash(failed))
 
     return check

@@ -1,5 +1,5 @@
 """Partition tasks: one per partition assigned to this worker, created on assignment
-and dropped on revocation (app/exactly_once/transport.py keeps the registry up to date).
+and dropped on revocation (consumer.py keeps the registry up to date).
 
 A task owns where processing of its partition stands (`offsets`), its outbox, the
 table writes of its current step (`writes`), the locks between its steps and the commits of its
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, TypeVar
 from faust.types import TP
 
 from app.exactly_once.local_state import LocalState, StepWrites
-from app.exactly_once.offset_order import Progress
+from app.exactly_once.offset_order import OffsetOrder
 from app.exactly_once.outbox import Outbox, Record
 from app.exactly_once.stats import Stats
 
@@ -56,7 +56,7 @@ class PartitionTask:
 
     def __init__(self, tp: TP, local_state: LocalState) -> None:
         self.tp = tp
-        self.offsets = Progress()
+        self.offsets = OffsetOrder()
         self.outbox = Outbox()
         self.writes = StepWrites(tp, local_state)
         # Held by a step from its start until its ack, and by a commit of this
@@ -110,11 +110,8 @@ class PartitionTask:
 class PartitionTasks:
     def __init__(self) -> None:
         self._by_tp: dict[TP, PartitionTask] = {}
-        # True from the start of a revocation or a stop until the next assignment. A
-        # record delivered meanwhile belongs to the assignment being given up: it is
-        # not processed, since its transaction would be aborted (or, on stop, already
-        # ended) while its RocksDB writes stayed; the next assignment consumes it again
-        # from the committed offset.
+        # From the start of a revocation or a stop until the next assignment: records delivered
+        # meanwhile are not processed (their transaction ends); the next owner reads them again.
         self.closing = False
         self.local_state = LocalState()
         # Per input topic: the records each of its partitions adds to its transaction
@@ -122,7 +119,7 @@ class PartitionTasks:
         self.commit_hooks: dict[str, Callable[[PartitionTask], list[Record]]] = {}
         # Input topic -> the topic it feeds another stage of this worker through
         # (ingest's events -> pairing's keyed events): committed every handoff interval
-        # while that stage waits for records (app/exactly_once/transport.py).
+        # while that stage waits for records (consumer.py).
         self.handoffs: dict[str, str] = {}
         # Input topic -> the topic whose partition task keeps the processor its steps
         # use (enrichment's rows: the pairs'), forgotten with theirs (app/exactly_once/step.py).

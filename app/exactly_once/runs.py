@@ -4,9 +4,9 @@ to the partition's agent as one message.
 faust hands every fetched record on by itself: a message, a task's hand-over through
 the conductor, a queue put and get into the agent's channel, an event, a turn of the
 stream's iterator and of the agent's loop. That machinery, not the rules, was most of
-a worker's CPU (docs/BENCHMARKS.md). A stage that takes its records in runs
+a worker's CPU. A stage that takes its records in runs
 (`PartitionTasks.in_runs`) goes through it once per run instead: the consumer
-(app/exactly_once/transport.py, `_getmany`) wraps what a fetch returned of each of its partitions in
+(consumer.py, `_getmany`) wraps what a fetch returned of each of its partitions in
 `Run`s, which faust's fetch loop, conductor and stream carry like any record, and the
 agent's step processes a run's records together (app/exactly_once/in_order.py `runs_once`,
 app/exactly_once/step.py `exactly_once`).

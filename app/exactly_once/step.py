@@ -1,7 +1,7 @@
 """Exactly-once steps: each event processed inside `exactly_once(app, event)`, which
 hands it the event's partition task; the task's outbox collects the event's records,
 and on a clean exit they are sent and the event acked under the task's lock
-(app/exactly_once/transport.py says why that is needed), so the transaction that commits the
+(docs/exactly-once.md says why), so the transaction that commits the
 event's offset carries everything it caused. Agents take their events from
 `events_once` (app/exactly_once/in_order.py).
 """
@@ -21,7 +21,7 @@ from faust.types import TP, EventT
 
 from app.exactly_once import internals
 from app.exactly_once.application import PairstreamApp
-from app.exactly_once.outbox import DeliveryFailed
+from app.exactly_once.outbox import SendFailed
 from app.exactly_once.outbox_sends import send_outbox
 from app.exactly_once.partition_tasks import PartitionTask
 from app.settings import settings
@@ -30,7 +30,7 @@ from pairing.records import Source, dead_letter_record
 log = logging.getLogger(__name__)
 # What a step may raise that no record caused: the transaction or the transport failed
 # (fencing included), or the framework did. The worker stops, whatever the policy.
-MUST_STOP = (DeliveryFailed, KafkaError, FaustError)
+MUST_STOP = (SendFailed, KafkaError, FaustError)
 REASON_CHARS = 500  # an exception's message may quote a whole record
 
 
@@ -68,7 +68,7 @@ async def exactly_once(
     assert task is not None  # events_once yields only events of assigned partitions
     async with task.lock:
         if task.broken:
-            raise DeliveryFailed(f"{task.tp}: a step failed while others were held")
+            raise SendFailed(f"{task.tp}: a step failed while others were held")
         if task.committing:
             mark = len(task.outbox.records)
             task.writes.touched = False

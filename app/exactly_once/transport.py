@@ -36,11 +36,8 @@ class ExactlyOnceProducer(faust_aiokafka.Producer):
         group_id: str,
         start_new_transaction: bool = True,
     ) -> None:
-        # faust commits an assignment's transactions one after the other, three round
-        # trips each (offsets, offset commit, end), while the partitions' locks hold
-        # their steps. They are independent (each commits only its own partition's records
-        # and offsets), so commit them together; all are tried before an error is
-        # raised, as faust's loop would have raised the first one.
+        # The partitions' transactions are independent: commit them together rather than one
+        # after the other under their locks; all are tried before the first error is raised.
         commit = super().commit_transactions
         results = await asyncio.gather(
             *(
@@ -61,12 +58,8 @@ class ExactlyOnceProducer(faust_aiokafka.Producer):
 
 
 class ConcurrentTransactionManager(TransactionManager):
-    # faust's id names the partition's topic group, so the same partition number of
-    # every input topic with that partition count (ingest's events and pairing's keyed
-    # events) shared one transaction: a commit of one stage's partitions committed the
-    # other's records too, without their offsets. One transaction per input partition
-    # lets a stage commit on its own (handoff commits); it must match
-    # app.outbox.transactional_id.
+    # One transaction per input partition, not per partition number of a topic group, so that
+    # a stage commits on its own (handoff commits). Must match outbox.transactional_id.
     transactional_id_format = "{group_id}-{tpg.topic}-{tpg.partition}"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -89,14 +82,8 @@ class ConcurrentTransactionManager(TransactionManager):
             self._crash_when_producer_tasks_fail(tid)
 
     def _crash_when_producer_tasks_fail(self, tid: str) -> None:
-        # A producer's sender routine ends on an error it does not expect (a broker
-        # answered TxnOffsetCommit with UNKNOWN_SERVER_ERROR after a hard bounce, its
-        # group coordinator out of sync): aiokafka then fails the producer's batches,
-        # but a commit waiting on the transaction waited for ever, and the worker hung
-        # with its partitions. So can its metadata synchronizer: a produce retry then
-        # waits for a metadata update nothing runs (a worker stalled 11 minutes after a
-        # hard bounce, with 26 producer senders and 25 synchronizers; docs/
-        # exactly-once.md, point 25). Crashed, it is restarted and its transactions abort.
+        # A producer's sender or metadata routine that dies leaves its transaction's commit waiting
+        # for ever: crash instead, and the restart aborts it (docs/exactly-once.md, 24 and 25).
         found = internals.transaction_producer(tid)
         if found is None:
             return

@@ -2,7 +2,7 @@
 it: murmur2 of the key, made positive, modulo the topic's partition count.
 
 aiokafka's murmur2 masks every intermediate and reads the key a byte at a time: 3.7%
-of a worker's CPU for the partition of each keyed output record (docs/BENCHMARKS.md).
+of a worker's CPU for the partition of each keyed output record.
 This one reads it four bytes at a time and masks only what must be (`murmur2`; 2.8
 times as fast on a 27-byte key, before the masks were cut further), with the same
 hashes: tests/unit/test_kafka_partitioner.py checks the Java client's test vectors, and

@@ -184,7 +184,7 @@ async def test_a_scan_sees_what_steps_staged(tmp_path: Path) -> None:
 async def test_the_catch_up_scan_sees_steps_held_while_a_transaction_commits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Delivery: the by-id and the log task of a partition write one store partition. A
+    # SendReceipt: the by-id and the log task of a partition write one store partition. A
     # log step held while the log's transaction commits leaves the outcome it applied
     # staged until the next transaction begins; the scan at the end of the catch-up
     # runs meanwhile, and must not take the message for one still being called.

@@ -3,13 +3,13 @@
 import pytest
 from faust.types import TP
 
-from app.exactly_once.offset_order import Progress, Verdict
+from app.exactly_once.offset_order import OffsetOrder, Verdict
 from app.faust_app import app
 
 pytestmark = pytest.mark.usefixtures("own_tasks")
 
 
-def offsets_of(tp: TP) -> Progress:
+def offsets_of(tp: TP) -> OffsetOrder:
     task = app.partition_tasks.get(tp)
     assert task is not None
     return task.offsets

@@ -12,7 +12,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 from faust.types import TP
 
-from app.exactly_once.outbox import DeliveryFailed, Record, send_in_transaction
+from app.exactly_once.outbox import Record, SendFailed, send_in_transaction
 from tests.unit.unstarted_producer import producer_knowing
 
 RECORDS: list[Record] = [
@@ -50,7 +50,7 @@ async def test_without_transactions_records_go_through_the_plain_producer() -> N
 
 async def test_with_transactions_a_missing_transaction_stops_the_step() -> None:
     app = fake_app(in_transaction=True)
-    with pytest.raises(DeliveryFailed, match="bench-app-events-2"):
+    with pytest.raises(SendFailed, match="bench-app-events-2"):
         await send_in_transaction(app, TP("events", 2), RECORDS)
     assert queued(app.plain) == {}  # nothing went around the transaction
 

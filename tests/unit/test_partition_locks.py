@@ -21,7 +21,7 @@ from faust.types import TP
 from app.exactly_once import consumer as consumer_module
 from app.exactly_once import outbox_sends, step
 from app.exactly_once.consumer import ExactlyOnceConsumer, Stalled
-from app.exactly_once.outbox import DeliveryFailed
+from app.exactly_once.outbox import SendFailed
 from app.exactly_once.partition_tasks import PartitionTask, PartitionTasks
 from app.faust_app import app
 from app.settings import settings
@@ -210,7 +210,7 @@ async def test_what_steps_held_is_never_committed_without_them_all(
     assert steps.sent == [(KEYED, [b"0"])]
     assert len(faust.crashes) == 1
     assert app.consumer._new_offset(KEYED) is None
-    with pytest.raises(DeliveryFailed):
+    with pytest.raises(SendFailed):
         await steps.run(KEYED, 3)
     assert (KEYED, 3) not in steps.acked
 

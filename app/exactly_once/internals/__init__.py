@@ -14,9 +14,9 @@ from app.exactly_once.internals.consumer import *  # noqa: F403
 from app.exactly_once.internals.producer import *  # noqa: F403
 from app.exactly_once.internals.tables import *  # noqa: F403
 
-# Methods of faust's classes that app/exactly_once/transport.py, app/faust_app.py and app/worker.py
-# override, with the parameters the overrides take (checked against the base classes'
-# signatures).
+# Methods of faust's classes that the core (consumer.py, transport.py, application.py)
+# and app/worker.py override, with the parameters the overrides take (checked against
+# the base classes' signatures).
 OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
     faust_aiokafka.Consumer: {
         "_new_consumer_thread": ("self",),
