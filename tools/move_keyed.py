@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 from collections.abc import Mapping
@@ -174,6 +175,34 @@ async def _committed(conf: Settings, group: str, tps: list[TopicPartition]) -> d
     return {tp.partition: found[tp].offset if tp in found else -1 for tp in tps}
 
 
+@dataclass
+class Unread:
+    """What a keyed partition holds past its pairing stage's committed offset."""
+
+    committed: int
+    events: int = 0
+    ticks: int = 0
+    watermarks: list[WatermarkUpdate] = field(default_factory=list)
+
+
+async def unread_keyed(conf: Settings) -> dict[int, Unread]:
+    """Each old keyed partition's records the old consumer group has not committed."""
+    keyed = [TopicPartition(conf.keyed_topic, p) for p in range(conf.partitions)]
+    committed = await _committed(conf, conf.app_id, keyed)
+    records = await _read(conf, {tp: max(0, committed[tp.partition]) for tp in keyed})
+    left: dict[int, Unread] = {}
+    for tp, found in records.items():
+        unread = left[tp.partition] = Unread(committed[tp.partition])
+        for key, value in found:
+            if key == WATERMARK_KEY and value is not None:
+                unread.watermarks.append(decode_watermark(loads(value)))
+            elif key == TICK_KEY:
+                unread.ticks += 1
+            else:
+                unread.events += 1
+    return left
+
+
 async def plan(conf: Settings, target: Target) -> Plan:
     """Read the old pipeline and check both sides; write nothing."""
     _check_settings(conf, target)
@@ -196,28 +225,20 @@ async def plan(conf: Settings, target: Target) -> Plan:
         )
     result = Plan()
     # The keyed topic: only watermark records and ticks may be left unread.
-    keyed = [TopicPartition(conf.keyed_topic, p) for p in range(old_n)]
-    committed = await _committed(conf, conf.app_id, keyed)
-    unread = await _read(conf, {tp: max(0, committed[tp.partition]) for tp in keyed})
+    left = await unread_keyed(conf)
     watermarks: dict[int, list[WatermarkUpdate]] = {}
-    for tp, records in unread.items():
-        events = 0
-        watermarks[tp.partition] = []
-        for key, value in records:
-            if key == WATERMARK_KEY and value is not None:
-                watermarks[tp.partition].append(decode_watermark(loads(value)))
-            elif key == TICK_KEY:
-                result.unread_ticks += 1
-            else:
-                events += 1
-        result.unread_watermarks += len(watermarks[tp.partition])
-        if events:
+    for partition, unread in sorted(left.items()):
+        watermarks[partition] = unread.watermarks
+        result.unread_watermarks += len(unread.watermarks)
+        result.unread_ticks += unread.ticks
+        if unread.events:
             raise MoveRefused(
-                f"pairing has not read {events} keyed events of {tp.topic}[{tp.partition}]"
-                f" (committed offset {committed[tp.partition]}): start the old workers again"
-                " with no new input (stop the producers, or let them write on: what ingest"
-                " has not read moves with the input offsets), wait until the pairing"
-                " consumer group has no lag on the keyed topic, stop them, and run again"
+                f"pairing has not read {unread.events} keyed events of"
+                f" {conf.keyed_topic}[{partition}] (committed offset {unread.committed}):"
+                " start the old workers again with no new input (stop the producers, or let"
+                " them write on: what ingest has not read moves with the input offsets),"
+                " wait until the consumer group has no lag on the keyed topic, stop them,"
+                " and run again"
             )
     # The pairing state, re-partitioned.
     tables = await _read(
@@ -228,8 +249,8 @@ async def plan(conf: Settings, target: Target) -> Plan:
         for tp, records in tables.items()
     }
     result.new_entries = repartition(old, target.partitions)
-    for partition in old.values():
-        for key, value in partition.entries.items():
+    for old_partition in old.values():
+        for key, value in old_partition.entries.items():
             if key != CLOCK_KEY:
                 result.old_keys += 1
                 result.pending_keys += loads(value)["pending"] is not None
@@ -383,7 +404,7 @@ def main(argv: list[str] | None = None) -> None:
     except MoveRefused as exc:
         print(f"refused: {exc}", file=sys.stderr)
         sys.exit(2)
-    print(result.summary())
+    print(json.dumps(result.summary()))
     if not args.dry_run:
         print(
             f"moved: start the workers with PAIRSTREAM_APP_ID={target.app_id}"

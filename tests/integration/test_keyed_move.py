@@ -1,0 +1,135 @@
+"""More keyed partitions (issue 48): a pipeline on 4 keyed partitions is stopped with
+events pending, moved by `python -m tools.move_keyed` to a new app id on 8, and the
+rest of the stream goes through the new one. The outputs of both, together, equal the
+model over the whole input: nothing pending lost, nothing emitted twice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from aiokafka import TopicPartition
+
+from app.kafka_admin import admin_client
+from pairing.records import CLOCK_KEY
+from tests.integration.harness import (
+    ROOT,
+    Pipeline,
+    Worker,
+    compare,
+    finish,
+    input_left_uncommitted,
+    stop_workers,
+    table,
+)
+from tests.integration.test_event_time import DRAINS, stream
+from tools.move_keyed import unread_keyed
+
+RECORDS = int(os.environ.get("PAIRSTREAM_EVENT_TIME_RECORDS", "6000"))
+NEW_PARTITIONS = 8
+
+
+def move(pipeline: Pipeline, *args: str) -> subprocess.CompletedProcess[str]:
+    """The command, as a user runs it: the old pipeline's settings in the environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "tools.move_keyed", *args],
+        cwd=ROOT,
+        env={**os.environ, **pipeline.env_vars},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+async def wait_until_drained(pipeline: Pipeline, workers: list[Worker]) -> None:
+    """Ingest has committed all the input, and pairing all the keyed events ingest
+    wrote (the procedure's first step: docs/deploy.md)."""
+    while await input_left_uncommitted(pipeline, within=5.0):
+        for worker in workers:
+            assert worker.running, worker.log()[-4000:]
+    while any(u.events for u in (await unread_keyed(pipeline.conf)).values()):
+        for worker in workers:
+            assert worker.running, worker.log()[-4000:]
+        await asyncio.sleep(0.5)  # a commit interval
+
+
+async def test_a_move_to_more_keyed_partitions_loses_and_repeats_nothing(
+    broker: str, tmp_path: Path
+) -> None:
+    old = await Pipeline(broker, tmp_path, PAIRSTREAM_EVENTS_PARTITIONS="3").create_topics()
+    records = stream(RECORDS)
+    half = len(records) // 2
+    # Before the move: the first half of the stream, in the topic before the workers start.
+    await old.produce(records[:half])
+    workers = [old.worker(0), old.worker(1)]
+    try:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            await worker.wait_ready()
+        await wait_until_drained(old, workers)
+        await stop_workers(workers)
+    finally:
+        for worker in workers:
+            worker.kill()
+    assert not any(w.forced_stops for w in workers)
+
+    new_id = f"{old.conf.app_id}-moved"
+    new_keyed = f"{old.conf.keyed_topic}-{NEW_PARTITIONS}"
+    args = ["--app-id", new_id, "--partitions", str(NEW_PARTITIONS), "--keyed-topic", new_keyed]
+    moved = move(old, *args)
+    assert moved.returncode == 0, moved.stderr
+    summary = json.loads(moved.stdout.splitlines()[0])
+    assert summary["keys_with_a_pending_event"] > 0
+    # Run twice, it refuses: the new app id holds the state now.
+    again = move(old, *args)
+    assert again.returncode == 2 and "refused:" in again.stderr, again.stderr
+
+    new = Pipeline(
+        broker,
+        tmp_path,
+        **{
+            **old.env_vars,
+            "PAIRSTREAM_APP_ID": new_id,
+            "PAIRSTREAM_KEYED_TOPIC": new_keyed,
+            "PAIRSTREAM_PARTITIONS": str(NEW_PARTITIONS),
+            **DRAINS,
+        },
+    )
+    state = await table(new, "pairing-state")
+    pending = {k for k, v in state.items() if k != CLOCK_KEY.decode() and json.loads(v)["pending"]}
+    assert len(pending) == summary["keys_with_a_pending_event"]
+    async with admin_client(new.conf) as admin:
+        committed = await admin.list_consumer_group_offsets(new_id)
+    assert {tp.topic for tp in committed} == {new.conf.events_topic}
+    assert sorted(tp.partition for tp in committed) == [0, 1, 2]
+    assert all(isinstance(m.offset, int) and m.offset > 0 for m in committed.values())
+    assert TopicPartition(new.conf.events_topic, 0) in committed
+
+    # After: the rest of the stream, then workers of the new app id on fresh data dirs.
+    await new.produce(records[half:])
+    workers = [new.worker(2), new.worker(3)]
+    try:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            await worker.wait_ready()
+        expected = await new.expected(drained=True)
+        outputs = await finish(new, workers, expected)
+    finally:
+        for worker in workers:
+            worker.kill()
+    assert compare(outputs, expected) == {}
+    # Pairs made of an event before the move and its partner after it.
+    across = {p["timestamp"] for p in outputs.pairs} & pending
+    assert across, "no pending event found its partner after the move"
+    assert expected.pairs.total() > RECORDS // 3
+    print(
+        f"moved {summary['keys']} keys, {len(pending)} pending, {len(across)} paired after the"
+        f" move; outputs {outputs.summary()}"
+    )
