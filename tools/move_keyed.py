@@ -235,10 +235,9 @@ async def plan(conf: Settings, target: Target) -> Plan:
             raise MoveRefused(
                 f"pairing has not read {unread.events} keyed events of"
                 f" {conf.keyed_topic}[{partition}] (committed offset {unread.committed}):"
-                " start the old workers again with no new input (stop the producers, or let"
-                " them write on: what ingest has not read moves with the input offsets),"
-                " wait until the consumer group has no lag on the keyed topic, stop them,"
-                " and run again"
+                " start the old workers again with the producers held back, wait until the"
+                " consumer group has no lag on the keyed topic, stop them, and run again"
+                " (docs/keyed-move.md)"
             )
     # The pairing state, re-partitioned.
     tables = await _read(
