@@ -12,7 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import NewTopic
 
 from app.kafka_admin import admin_client
 from pairing.records import CLOCK_KEY
@@ -46,6 +47,17 @@ def move(pipeline: Pipeline, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def target(pipeline: Pipeline) -> list[str]:
+    return [
+        "--app-id",
+        f"{pipeline.conf.app_id}-moved",
+        "--partitions",
+        str(NEW_PARTITIONS),
+        "--keyed-topic",
+        f"{pipeline.conf.keyed_topic}-{NEW_PARTITIONS}",
+    ]
+
+
 async def wait_until_drained(pipeline: Pipeline, workers: list[Worker]) -> None:
     """Ingest has committed all the input, and pairing all the keyed events ingest
     wrote (the procedure's first step: docs/deploy.md)."""
@@ -73,16 +85,20 @@ async def test_a_move_to_more_keyed_partitions_loses_and_repeats_nothing(
         for worker in workers:
             await worker.wait_ready()
         await wait_until_drained(old, workers)
+        running = move(old, *target(old), "--dry-run")
+        assert running.returncode == 2 and "stop every worker" in running.stderr, running.stderr
         await stop_workers(workers)
     finally:
         for worker in workers:
             worker.kill()
     assert not any(w.forced_stops for w in workers)
 
-    new_id = f"{old.conf.app_id}-moved"
-    new_keyed = f"{old.conf.keyed_topic}-{NEW_PARTITIONS}"
-    args = ["--app-id", new_id, "--partitions", str(NEW_PARTITIONS), "--keyed-topic", new_keyed]
+    args = target(old)
+    new_id, new_keyed = args[1], args[5]
+    checked = move(old, *args, "--dry-run")
+    assert checked.returncode == 0, checked.stderr
     moved = move(old, *args)
+    assert moved.stdout.splitlines()[0] == checked.stdout.splitlines()[0]
     assert moved.returncode == 0, moved.stderr
     summary = json.loads(moved.stdout.splitlines()[0])
     assert summary["keys_with_a_pending_event"] > 0
@@ -133,3 +149,23 @@ async def test_a_move_to_more_keyed_partitions_loses_and_repeats_nothing(
         f"moved {summary['keys']} keys, {len(pending)} pending, {len(across)} paired after the"
         f" move; outputs {outputs.summary()}"
     )
+
+
+async def test_a_move_refuses_while_pairing_has_keyed_events_to_read(
+    broker: str, tmp_path: Path
+) -> None:
+    """A keyed event that ingest wrote and pairing did not read: the move would lose it."""
+    pipeline = await Pipeline(broker, tmp_path).create_topics()
+    conf = pipeline.conf
+    async with admin_client(conf) as admin:
+        changelog = NewTopic(f"{conf.app_id}-pairing-state-changelog", conf.partitions, 1)
+        await admin.create_topics([changelog])
+    producer = AIOKafkaProducer(**conf.kafka.aiokafka())
+    await producer.start()
+    try:
+        await producer.send_and_wait(conf.keyed_topic, b"{}", b"2024-02-09T21:00:00Z", 1)
+    finally:
+        await producer.stop()
+    refused = move(pipeline, *target(pipeline), "--dry-run")
+    assert refused.returncode == 2, refused.stderr
+    assert "pairing has not read 1 keyed events" in refused.stderr, refused.stderr
