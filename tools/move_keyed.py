@@ -121,7 +121,8 @@ async def _read(
     if open_:
         raise MoveRefused(
             f"open transactions on {open_}: a worker was killed mid-transaction or still runs."
-            " Wait for the broker to abort it (transaction.timeout.ms, 60 s by default) and run"
+            " Wait for the broker to abort it (transaction.timeout.ms: 60 s for a worker, 5 min for"
+            " this command) and run"
             " again"
         )
     found: dict[TopicPartition, list[tuple[bytes | None, bytes | None]]] = {tp: [] for tp in tps}
