@@ -379,8 +379,22 @@ async def write(conf: Settings, target: Target, result: Plan) -> None:
                     for p, offset in result.input_offsets.items()
                 }
                 await producer.send_offsets_to_transaction(offsets, target.app_id)
+            # A worker of the old app id started meanwhile: abort (leaving the block by
+            # an exception aborts the transaction).
+            await _unchanged(conf, result)
     finally:
         await producer.stop()
+
+
+async def _unchanged(conf: Settings, result: Plan) -> None:
+    state = await _group_state(conf, conf.app_id)
+    inputs = [TopicPartition(conf.events_topic, p) for p in range(conf.events_partitions)]
+    now = {p: o for p, o in (await _committed(conf, conf.app_id, inputs)).items() if o >= 0}
+    if state not in EMPTY_GROUP_STATES or now != result.input_offsets:
+        raise MoveRefused(
+            f"consumer group {conf.app_id!r} changed during the move (now {state}): nothing was"
+            " written; stop every worker of the old app and run again"
+        )
 
 
 async def move(conf: Settings, target: Target, dry_run: bool = False) -> Plan:
