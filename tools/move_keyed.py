@@ -223,6 +223,8 @@ async def plan(conf: Settings, target: Target) -> Plan:
     if state not in EMPTY_GROUP_STATES:
         raise MoveRefused(
             f"consumer group {conf.app_id!r} is {state}: stop every worker of the old app first"
+            " (a worker killed, or one with PAIRSTREAM_GROUP_INSTANCE_ID, stays a member until"
+            " its session timeout, PAIRSTREAM_SESSION_TIMEOUT_SECONDS)"
         )
     result = Plan()
     # The keyed topic: only watermark records and ticks may be left unread.
