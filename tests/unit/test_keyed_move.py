@@ -9,7 +9,7 @@ from collections import deque
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from pairing.events import Rejection, parse_event
@@ -179,6 +179,7 @@ def test_a_move_anywhere_in_the_stream_gives_the_models_outcome(
     rng = random.Random(seed)
     simulation = Moved([s[:cut] for s, cut in zip(sources, cuts, strict=True)], old, CONFIG, rng)
     simulation.run()
+    event(f"events pending across the move: {'yes' if simulation.pending() else 'no'}")
     simulation.move_to(sources, new)
     got = simulation.run()
     assert outputs(got) == outputs(want)
