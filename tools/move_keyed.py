@@ -30,7 +30,7 @@ from aiokafka.admin import NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.structs import OffsetAndMetadata
 
-from app.kafka_admin import admin_client
+from app.kafka.admin import admin_client
 from app.settings import Settings, settings
 from pairing.keyed_move import MoveRefused, OldPartition, repartition
 from pairing.records import CLOCK_KEY, WATERMARK_KEY, decode_watermark, loads

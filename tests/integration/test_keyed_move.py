@@ -16,7 +16,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import NewTopic
 
-from app.kafka_admin import admin_client
+from app.kafka.admin import admin_client
 from pairing.records import CLOCK_KEY
 from tests.integration.harness import (
     ROOT,
