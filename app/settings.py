@@ -35,8 +35,10 @@ class Settings(BaseSettings):
     pairs_topic: str = "pairs"
     unpaired_topic: str = "unpaired"
     dead_letter_topic: str = "events.dlq"
+    # As many as the input has by default: every worker that ingests can pair, spread
+    # evenly over 1, 2, 4 or 8 workers. Beyond, move the state (docs/keyed-move.md).
     partitions: int = Field(
-        4, ge=1, description="partitions of the keyed topic and of the state changelogs"
+        8, ge=1, description="partitions of the keyed topic and of the state changelogs"
     )
     replication_factor: int = Field(1, ge=1)
 

@@ -7,12 +7,13 @@ import logging
 import os
 import sys
 import threading
-from typing import NoReturn
+from typing import Any, NoReturn, cast
 
 import faust
 from faust.types import AppT
 
 from app.kafka.access import EX_CONFIG, KafkaAccessError, check_access, worker_permissions
+from app.kafka.admin import KeyedPartitionsMismatch, check_keyed_partitions
 from app.kafka.connection import KafkaConfigError
 from app.settings import settings
 
@@ -50,8 +51,9 @@ class PairstreamWorker(faust.Worker):
 
 
 async def check_access_or_exit(app: AppT) -> None:
-    """Before anything joins or writes: a worker that cannot connect, or lacks an ACL,
-    exits with EX_CONFIG and one line that says what to do, rather than retrying for
+    """Before anything joins or writes: a worker that cannot connect, lacks an ACL, or
+    finds the keyed topic with other than PAIRSTREAM_PARTITIONS partitions, exits with
+    EX_CONFIG and one line that says what to do, rather than retrying for
     ever (a supervisor can be told not to restart on that code)."""
     conf = settings()
     changelogs = [table.changelog_topic.get_topic_name() for table in app.tables.values()]
@@ -59,7 +61,10 @@ async def check_access_or_exit(app: AppT) -> None:
         await check_access(
             conf.kafka, worker_permissions(conf), changelogs, conf.topics_ready_timeout_seconds
         )
-    except (KafkaAccessError, KafkaConfigError) as exc:
+        keyed = conf.keyed_topic
+        tasks: Any = cast(Any, app).partition_tasks
+        await check_keyed_partitions(conf, [keyed, *sorted(tasks.changelogs.get(keyed, ()))])
+    except (KafkaAccessError, KafkaConfigError, KeyedPartitionsMismatch) as exc:
         exit_for_config(exc)
 
 

@@ -97,6 +97,31 @@ async def check_input_partitions(conf: Settings) -> None:
         )
 
 
+class KeyedPartitionsMismatch(RuntimeError):
+    pass
+
+
+async def check_keyed_partitions(conf: Settings, topics: list[str]) -> None:
+    """The keyed topic and the changelogs of the state partitioned like it, where they
+    exist, have PAIRSTREAM_PARTITIONS partitions: a key's state lives in the partition
+    its key routes to over that count, so the count cannot change in place."""
+    async with admin_client(conf) as admin:
+        described = await admin.describe_topics(topics)
+    found = {
+        topic["topic"]: len(topic["partitions"])
+        for topic in described
+        if topic["error_code"] == 0 and topic["partitions"]
+    }
+    wrong = sorted(
+        f"{name} has {count}" for name, count in found.items() if count != conf.partitions
+    )
+    if wrong:
+        raise KeyedPartitionsMismatch(
+            f"PAIRSTREAM_PARTITIONS is {conf.partitions}, but {', '.join(wrong)}: set it back,"
+            " or move the state to more partitions under a new app id (docs/keyed-move.md)"
+        )
+
+
 class TopicsNotReady(RuntimeError):
     pass
 

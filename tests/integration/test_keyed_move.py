@@ -1,4 +1,4 @@
-"""More keyed partitions (issue 48): a pipeline on 4 keyed partitions is stopped with
+"""More keyed partitions: a pipeline on 4 keyed partitions is stopped with
 events pending, moved by `python -m tools.move_keyed` to a new app id on 8, and the
 rest of the stream goes through the new one. The outputs of both, together, equal the
 model over the whole input: nothing pending lost, nothing emitted twice."""
@@ -16,6 +16,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import NewTopic
 
+from app.kafka.access import EX_CONFIG
 from app.kafka.admin import admin_client
 from pairing.records import CLOCK_KEY
 from tests.integration.harness import (
@@ -182,3 +183,24 @@ async def test_a_move_refuses_while_pairing_has_keyed_events_to_read(
     refused = move(pipeline, *target(pipeline), "--dry-run")
     assert refused.returncode == 2, refused.stderr
     assert "pairing has not read 1 keyed events" in refused.stderr, refused.stderr
+
+
+async def test_a_worker_on_another_keyed_count_says_to_move_and_exits(
+    broker: str, tmp_path: Path
+) -> None:
+    """PAIRSTREAM_PARTITIONS changed alone: the worker stops before it joins, naming the
+    topics and the move, and writes nothing."""
+    made = await Pipeline(broker, tmp_path).create_topics()  # 4 keyed partitions
+    changed = Pipeline(broker, tmp_path, **{**made.env_vars, "PAIRSTREAM_PARTITIONS": "8"})
+    worker = changed.worker().start()
+    assert worker.process is not None
+    deadline = time.monotonic() + 60
+    while worker.process.poll() is None:
+        assert time.monotonic() < deadline, worker.log()[-3000:]
+        await asyncio.sleep(0.2)  # polling the process
+    assert worker.process.returncode == EX_CONFIG, worker.log()[-3000:]
+    [line] = [line for line in worker.log().splitlines() if "cannot start:" in line]
+    assert f"{made.conf.keyed_topic} has 4" in line and "docs/keyed-move.md" in line, line
+    async with admin_client(made.conf) as admin:
+        offsets = await admin.list_consumer_group_offsets(made.conf.app_id)
+    assert offsets == {}
