@@ -13,6 +13,7 @@ from mode import ServiceT
 from app import internals
 from app.consumer import ExactlyOnceTransport
 from app.flow_queue import RebalanceSafeQueue
+from app.input_partitions import PROGRESS_TABLE, InputSizedAssignor, size_at_start
 from app.kafka_admin import wait_until_ready
 from app.kafka_connection import KafkaConfigError
 from app.partition_tasks import PartitionTasks
@@ -75,6 +76,9 @@ async def changelogs_ready(tables: TableManager) -> None:
     joins the group right after, and an assignment made while its metadata lacked a
     changelog leaves that one's partitions out. The tables then start empty, with no
     restore (two workers starting together lost 96 of 1,436 pairs so)."""
+    progress = tables.get(PROGRESS_TABLE)
+    if progress is not None:  # sized like the input topic as it is (app/input_partitions.py)
+        await size_at_start(settings(), progress.changelog_topic)
     for table in tables.values():
         await table.changelog_topic.maybe_declare()
     conf = settings()
@@ -136,6 +140,7 @@ def create_app() -> PairstreamApp:
         autodiscover=False,
         Worker=PairstreamWorker,
         TableManager=PairstreamTableManager,
+        PartitionAssignor=InputSizedAssignor,
     )
 
 

@@ -21,6 +21,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.protocol.commit import OffsetFetchRequest
 from aiokafka.protocol.group import LeaveGroupRequest
 from aiokafka.structs import TopicPartition
+from faust.assignor import PartitionAssignor
 from faust.tables import TableManager
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import TransactionManager
@@ -80,6 +81,7 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
         "stop": ("self",),
     },
     TableManager: {"on_start": ("self",)},
+    PartitionAssignor: {"assign": ("self", "cluster", "member_metadata")},
 }
 
 
@@ -168,6 +170,18 @@ def client_consumer(thread: Any) -> AIOKafkaConsumer:
     """aiokafka's consumer under faust's consumer thread."""
     consumer: AIOKafkaConsumer = thread._ensure_consumer()
     return consumer
+
+
+async def refresh_consumer_metadata(consumer: Any) -> None:
+    """Have the group consumer ask the broker for the cluster's metadata now, on the
+    consumer thread's loop (faust's `Consumer._thread`, aiokafka's `_client`): a
+    subscribed topic whose partition count changed makes it join its group again."""
+    thread = consumer._thread
+
+    async def refresh() -> None:
+        await client_consumer(thread)._client.force_metadata_update()
+
+    await thread.call_thread(refresh)
 
 
 def set_fetch_limits(consumer: AIOKafkaConsumer, min_bytes: int, max_wait_seconds: float) -> None:

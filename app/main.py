@@ -12,7 +12,7 @@ asyncio.set_event_loop_policy(
     uvloop.EventLoopPolicy() if settings().event_loop == "uvloop" else None
 )
 
-from agents import ingest, pairing  # noqa: E402  (after the loop's choice)
+from agents import ingest, input_growth, pairing  # noqa: E402  (after the loop's choice)
 from app import web  # noqa: E402
 from app.faust_app import app  # noqa: E402
 
@@ -23,4 +23,4 @@ if settings().enrichment_enabled:
 if settings().chain_enabled:
     from agents import chain  # noqa: F401  (registers its agents and /accounts)
 
-__all__ = ["app", "ingest", "pairing", "web"]
+__all__ = ["app", "ingest", "input_growth", "pairing", "web"]

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, cast
 from unittest.mock import AsyncMock
 
 import faust
+import faust.assignor
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.client import AIOKafkaClient
@@ -34,6 +35,7 @@ from faust.exceptions import ConsumerNotStarted
 from faust.tables import TableManager
 from faust.transport.conductor import ConductorCompiler
 from faust.transport.consumer import ThreadDelegateConsumer
+from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 from mode.services import ServiceTask
 from mode.utils.queues import FlowControlEvent, ThrowableQueue
@@ -48,6 +50,7 @@ from app.consumer import (
 )
 from app.faust_app import PairstreamApp, PairstreamTableManager, app
 from app.flow_queue import RebalanceSafeQueue
+from app.input_partitions import InputSizedAssignor
 from app.offset_fetch import OffsetFetchRequest_v7, OffsetFetchResponse_v7
 from app.outbox import transactional_id
 from app.settings import settings
@@ -61,6 +64,7 @@ OURS: list[type] = [
     ExactlyOnceConsumer,
     ExactlyOnceConsumerThread,
     ExactlyOnceProducer,
+    InputSizedAssignor,
     PairstreamApp,
     PairstreamTableManager,
     PairstreamWorker,
@@ -148,6 +152,50 @@ def test_client_consumer_is_the_thread_s_aiokafka_consumer() -> None:
     client = object()
     thread._consumer = client
     assert internals.client_consumer(thread) is client
+
+
+async def test_refresh_consumer_metadata_asks_on_the_consumer_thread() -> None:
+    thread = app.consumer._new_consumer_thread()
+    asked: list[str] = []
+
+    async def force_metadata_update() -> bool:
+        asked.append("metadata")
+        return True
+
+    async def call_thread(fun: Callable[[], Awaitable[None]]) -> None:
+        asked.append("thread")
+        await fun()
+
+    thread._consumer = SimpleNamespace(
+        _client=SimpleNamespace(force_metadata_update=force_metadata_update)
+    )
+    thread.call_thread = call_thread  # type: ignore[method-assign]
+    consumer = SimpleNamespace(_thread=thread)
+    await internals.refresh_consumer_metadata(consumer)
+    assert asked == ["thread", "metadata"]
+    # The members named, as they are: faust's consumer runs its thread as `_thread` and
+    # reads a topic's partition count from aiokafka's coordinator's metadata snapshot,
+    # which a change of a subscribed topic's partitions also makes join the group again.
+    assert isinstance(app.consumer._thread, type(thread))
+    assert "call_thread" in dir(type(thread))
+    assert inspect.iscoroutinefunction(type(thread).call_thread)
+    assert "force_metadata_update" in AIOKafkaClient.__dict__
+    assert "_metadata_snapshot.get(topic)" in inspect.getsource(
+        faust_aiokafka.AIOKafkaConsumerThread.topic_partitions
+    )
+    assert "self._on_metadata_change()" in inspect.getsource(
+        GroupCoordinator._handle_metadata_update
+    )
+    assert "_client" in inspect.getsource(AIOKafkaConsumer.__init__)
+
+
+def test_the_assignor_is_ours_and_sees_the_cluster_as_partitions_for_topic() -> None:
+    assert isinstance(app.assignor, InputSizedAssignor)
+    source = inspect.getsource(faust.assignor.PartitionAssignor._perform_assignment)
+    source += inspect.getsource(faust.assignor.PartitionAssignor._get_copartitioned_groups)
+    # capped metadata answers partitions_for_topic only: faust's assignment asks nothing else.
+    assert "cluster.partitions_for_topic(topic)" in source
+    assert source.count("cluster.") == 1
 
 
 def test_is_changelog_knows_the_tables_changelogs() -> None:
