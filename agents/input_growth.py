@@ -30,18 +30,20 @@ async def look_for_new_input_partitions() -> None:
         await internals.refresh_consumer_metadata(app.consumer)
     except ConsumerNotStarted:
         return  # not joined yet: it takes the count it starts with from the broker
+    before = input_size.count
     found = app.consumer.topic_partitions(conf.events_topic)
-    if found is None or found <= input_size.count:
+    if not input_size.grew_to(found):
         return
     log.warning(
         "input topic %s has grown from %d to %d partitions: they join the watermark",
         conf.events_topic,
+        before,
         input_size.count,
-        found,
     )
-    await tell_sources(found)
-    await grow(conf, progress_changelog(conf), found)
-    input_size.count = found
+    # From here every watermark record ingest sends says so too. A growth that fails
+    # (no ALTER on the changelog) crashes the worker; its next start grows it.
+    await tell_sources(input_size.count)
+    await grow(conf, progress_changelog(conf), input_size.count)
     # The consumer sees the changelog grown: the group joins again, and the new input
     # partitions are assigned with their changelog partitions.
     await internals.refresh_consumer_metadata(app.consumer)

@@ -1,7 +1,7 @@
-"""An input topic that grows while a stream flows: two workers on a 4-partition input
-with records already in it, the stream going on live, the topic grown to 8 partitions,
-and the rest of the stream spread over all 8. The outputs equal the model over the
-partitions as they landed, with no new app id (docs/event-time.md)."""
+"""The input topic as it is (docs/event-time.md): a worker takes an existing input's
+partition count from the broker, whatever PAIRSTREAM_EVENTS_PARTITIONS says, and an
+input grown while workers run (or while they are stopped) goes on under the same app
+id. The outputs equal the model over the partitions as they landed."""
 
 from __future__ import annotations
 
@@ -12,16 +12,24 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import NewPartitions
+from aiokafka.admin import NewPartitions, NewTopic
 
 from app.kafka_admin import admin_client
 from app.kafka_connection import KafkaConnection
 from app.kafka_partitioner import default_partition
 from pairing.events import Event, parse_event
 from pairing.records import WATERMARK_KEY, decode_watermark, loads
-from tests.integration.harness import Pipeline, Worker, compare, finish
+from tests.integration.harness import (
+    Pipeline,
+    Worker,
+    compare,
+    finish,
+    stop_workers,
+    wait_for_outputs,
+)
 from tests.integration.test_event_time import DRAINS, LIVE_RATE, RECORDS, stream
 from tools.generate import Record
+from tools.read_outputs import OutputReader
 
 pytestmark = pytest.mark.broker
 
@@ -166,3 +174,52 @@ async def test_an_input_grown_from_4_to_8_partitions_while_it_flows_matches_the_
     late = sum(n for key, n in expected.unpaired.items() if key[3] == "late")
     assert late > 0 and expected.pairs.total() > RECORDS // 3
     assert not any("InputPartitionsMismatch" in w.log() for w in workers)
+
+
+async def partition_counts(pipeline: Pipeline, topics: list[str]) -> dict[str, int]:
+    async with admin_client(pipeline.conf) as admin:
+        described = await admin.describe_topics(topics)
+    return {t["topic"]: len(t["partitions"]) for t in described}
+
+
+async def test_an_existing_input_is_taken_as_it_is_and_may_grow_while_the_worker_is_stopped(
+    broker: str, tmp_path: Path
+) -> None:
+    """The setting says 8, the input has 3: the worker runs on 3. Stopped part-way,
+    the input grows to 5 and the stream goes on over all 5; started again, the worker
+    grows its source-progress changelog to 5 before it joins."""
+    pipeline = Pipeline(broker, tmp_path, PAIRSTREAM_EVENTS_PARTITIONS="8", **SETTINGS)
+    conf = pipeline.conf
+    async with admin_client(conf) as admin:
+        await admin.create_topics([NewTopic(conf.events_topic, 3, conf.replication_factor)])
+    await pipeline.create_topics()
+    records = stream(RECORDS)
+    first, rest = records[: RECORDS // 2], records[RECORDS // 2 :]
+    await pipeline.produce(first)
+    changelog = f"{conf.app_id}-source-progress-changelog"
+    worker = pipeline.worker()
+    try:
+        worker.start()
+        await worker.wait_ready()
+        async with OutputReader(conf) as reader:
+            await wait_for_outputs(reader, RECORDS // 10, timeout=300)
+        await stop_workers([worker])
+        assert await partition_counts(pipeline, [conf.events_topic, changelog]) == {
+            conf.events_topic: 3,
+            changelog: 3,
+        }
+        await grow_input(pipeline, 5)
+        kept, left_out = joining_at_the_watermark(
+            placed(rest, 5, seed=11), {3, 4}, largest_time_us(first), int(conf.expiry_seconds * 1e6)
+        )
+        await produce_placed(conf.kafka, conf.events_topic, kept, LIVE_RATE)
+        worker.start()
+        expected = await pipeline.expected(drained=True)
+        outputs = await finish(pipeline, [worker], expected)
+    finally:
+        worker.kill()
+    assert compare(outputs, expected) == {}
+    assert left_out < RECORDS // 100
+    assert await partition_counts(pipeline, [changelog]) == {changelog: 5}
+    landed = await pipeline.input_partitions()
+    assert len(landed) == 5 and all(landed)
