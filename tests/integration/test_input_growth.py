@@ -24,10 +24,12 @@ from tests.integration.harness import (
     Worker,
     compare,
     finish,
+    secured_pipeline,
     stop_workers,
     wait_for_outputs,
 )
 from tests.integration.test_event_time import DRAINS, LIVE_RATE, RECORDS, stream
+from tools import broker as local_broker
 from tools.generate import Record
 from tools.read_outputs import OutputReader
 
@@ -134,9 +136,21 @@ def largest_time_us(records: list[Record]) -> int:
 async def test_an_input_grown_from_4_to_8_partitions_while_it_flows_matches_the_model(
     broker: str, tmp_path: Path
 ) -> None:
-    pipeline = await Pipeline(
-        broker, tmp_path, PAIRSTREAM_EVENTS_PARTITIONS=str(BEFORE), **SETTINGS
-    ).create_topics()
+    pipeline = Pipeline(broker, tmp_path, PAIRSTREAM_EVENTS_PARTITIONS=str(BEFORE), **SETTINGS)
+    await grows_while_it_flows(await pipeline.create_topics())
+
+
+async def test_an_input_grows_on_the_secured_broker_with_the_worker_s_acls_only(
+    secure_broker: list[local_broker.Node], tmp_path: Path
+) -> None:
+    """The workers grow the source-progress changelog with the ACLs docs/deploy.md lists."""
+    overrides = {"PAIRSTREAM_EVENTS_PARTITIONS": str(BEFORE), **SETTINGS}
+    await grows_while_it_flows(await secured_pipeline(secure_broker, tmp_path, **overrides))
+
+
+async def grows_while_it_flows(pipeline: Pipeline) -> None:
+    """Two workers on the 4-partition input with a backlog, the stream going on live,
+    the input grown to 8, the rest of the stream over all 8."""
     conf = pipeline.conf
     records = stream(RECORDS)
     backlog, live, grown = (
