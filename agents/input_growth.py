@@ -27,11 +27,10 @@ log = logging.getLogger(__name__)
 @app.timer(interval=LOOK_EVERY_SECONDS)
 async def look_for_new_input_partitions() -> None:
     try:
-        await internals.refresh_consumer_metadata(app.consumer)
+        found = await internals.refreshed_partitions(app.consumer, conf.events_topic)
     except ConsumerNotStarted:
         return  # not joined yet: it takes the count it starts with from the broker
     before = input_size.count
-    found = app.consumer.topic_partitions(conf.events_topic)
     if not input_size.grew_to(found):
         return
     log.warning(
@@ -44,9 +43,10 @@ async def look_for_new_input_partitions() -> None:
     # (no ALTER on the changelog) crashes the worker; its next start grows it.
     await tell_sources(input_size.count)
     await grow(conf, progress_changelog(conf), input_size.count)
-    # The consumer sees the changelog grown: the group joins again, and the new input
-    # partitions are assigned with their changelog partitions.
-    await internals.refresh_consumer_metadata(app.consumer)
+    # The consumer sees the changelog grown: the group joins again (the leader's look
+    # sees it, if it is not this worker), and the new input partitions are assigned
+    # with their changelog partitions.
+    await internals.refreshed_partitions(app.consumer, conf.events_topic)
 
 
 async def tell_sources(sources: int) -> None:

@@ -172,16 +172,23 @@ def client_consumer(thread: Any) -> AIOKafkaConsumer:
     return consumer
 
 
-async def refresh_consumer_metadata(consumer: Any) -> None:
-    """Have the group consumer ask the broker for the cluster's metadata now, on the
-    consumer thread's loop (faust's `Consumer._thread`, aiokafka's `_client`): a
-    subscribed topic whose partition count changed makes it join its group again."""
+async def refreshed_partitions(consumer: Any, topic: str) -> int | None:
+    """How many partitions `topic` has, after the group consumer has asked the broker
+    for the cluster's metadata, on the consumer thread's loop (faust's
+    `Consumer._thread`, aiokafka's `_client`); None when unknown. On the group leader,
+    a subscribed topic whose partition count changed makes the group join again.
+    (faust's `Consumer.topic_partitions` reads aiokafka's coordinator's snapshot,
+    which only the leader keeps up to date.)"""
     thread = consumer._thread
 
-    async def refresh() -> None:
-        await client_consumer(thread)._client.force_metadata_update()
+    async def refresh() -> int | None:
+        client = client_consumer(thread)
+        await client._client.force_metadata_update()
+        partitions = client.partitions_for_topic(topic)
+        return len(partitions) if partitions else None
 
-    await thread.call_thread(refresh)
+    found: int | None = await thread.call_thread(refresh)
+    return found
 
 
 def set_fetch_limits(consumer: AIOKafkaConsumer, min_bytes: int, max_wait_seconds: float) -> None:

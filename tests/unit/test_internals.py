@@ -35,7 +35,6 @@ from faust.exceptions import ConsumerNotStarted
 from faust.tables import TableManager
 from faust.transport.conductor import ConductorCompiler
 from faust.transport.consumer import ThreadDelegateConsumer
-from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 from mode.services import ServiceTask
 from mode.utils.queues import FlowControlEvent, ThrowableQueue
@@ -154,39 +153,40 @@ def test_client_consumer_is_the_thread_s_aiokafka_consumer() -> None:
     assert internals.client_consumer(thread) is client
 
 
-async def test_refresh_consumer_metadata_asks_on_the_consumer_thread() -> None:
+async def test_refreshed_partitions_asks_the_broker_on_the_consumer_thread() -> None:
     thread = app.consumer._new_consumer_thread()
     asked: list[str] = []
+    partitions = {"events": {0, 1, 2}}
 
     async def force_metadata_update() -> bool:
         asked.append("metadata")
+        partitions["events"] = set(range(8))
         return True
 
-    async def call_thread(fun: Callable[[], Awaitable[None]]) -> None:
+    async def call_thread(fun: Callable[[], Awaitable[Any]]) -> Any:
         asked.append("thread")
-        await fun()
+        return await fun()
 
-    thread._consumer = SimpleNamespace(
-        _client=SimpleNamespace(force_metadata_update=force_metadata_update)
-    )
+    client = SimpleNamespace(force_metadata_update=force_metadata_update)
+    thread._consumer = SimpleNamespace(_client=client, partitions_for_topic=partitions.get)
     thread.call_thread = call_thread  # type: ignore[method-assign]
     consumer = SimpleNamespace(_thread=thread)
-    await internals.refresh_consumer_metadata(consumer)
-    assert asked == ["thread", "metadata"]
-    # The members named, as they are: faust's consumer runs its thread as `_thread` and
-    # reads a topic's partition count from aiokafka's coordinator's metadata snapshot,
-    # which a change of a subscribed topic's partitions also makes join the group again.
+    assert await internals.refreshed_partitions(consumer, "events") == 8
+    assert await internals.refreshed_partitions(consumer, "other") is None
+    assert asked == ["thread", "metadata"] * 2
+    # The members named, as they are: faust's consumer runs its thread as `_thread`;
+    # aiokafka's consumer answers partitions_for_topic from its client's cluster, which
+    # a forced update refreshes, and its coordinator joins the group again when the
+    # leader sees a subscribed topic's partitions change.
     assert isinstance(app.consumer._thread, type(thread))
-    assert "call_thread" in dir(type(thread))
     assert inspect.iscoroutinefunction(type(thread).call_thread)
     assert "force_metadata_update" in AIOKafkaClient.__dict__
-    assert "_metadata_snapshot.get(topic)" in inspect.getsource(
-        faust_aiokafka.AIOKafkaConsumerThread.topic_partitions
+    assert "self._client.cluster.partitions_for_topic(topic)" in inspect.getsource(
+        AIOKafkaConsumer.partitions_for_topic
     )
     assert "self._on_metadata_change()" in inspect.getsource(
         GroupCoordinator._handle_metadata_update
     )
-    assert "_client" in inspect.getsource(AIOKafkaConsumer.__init__)
 
 
 def test_the_assignor_is_ours_and_sees_the_cluster_as_partitions_for_topic() -> None:
