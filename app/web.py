@@ -18,6 +18,7 @@ from faust.web import Request, Response, View
 from yarl import URL
 
 from app.faust_app import app
+from app.input_partitions import input_size
 from app.metrics import setup_metrics
 from app.settings import settings
 from app.web_auth import bearer
@@ -155,7 +156,8 @@ def _is_me(url: str) -> bool:
 
 def _source_partitions() -> set[tuple[str, int]]:
     consumer = cast(Any, app.consumer)
-    events = consumer.topic_partitions(conf.events_topic) or conf.events_partitions
+    # The count this worker has seen: faust's is kept up to date on the group leader only.
+    events = max(consumer.topic_partitions(conf.events_topic) or 0, input_size.count)
     return {(conf.keyed_topic, p) for p in range(conf.partitions)} | {
         (conf.events_topic, p) for p in range(events)
     }
