@@ -59,7 +59,7 @@ def tell_before_commit(task: PartitionTask) -> list[Record]:
     now = time.time()
     if source is None or not source.tell_due(now, conf.commit_interval_seconds):
         return []
-    update = source.announcement(task.tp.partition, conf.events_partitions, now)
+    update = source.announcement(task.tp.partition, app.input_size.count, now)
     return watermark_records(update)
 
 
@@ -78,7 +78,7 @@ async def hold_handed_over_sources(revoked: set[TP]) -> None:
     try:
         deliveries = []
         for tp, source in handed_over:
-            update = source.update(tp.partition, conf.events_partitions)
+            update = source.update(tp.partition, app.input_size.count)
             for topic, key, value, partition in watermark_records(update):
                 deliveries.append(await app.producer.send(topic, key, value, partition, None, None))
         await asyncio.gather(*deliveries)
@@ -137,7 +137,7 @@ def ingest_run(task: PartitionTask, records: RunRecords) -> None:
             # partition takes this partition as idle when the event arrives (told as
             # idle, which it was until this event, it went on counting as idle until
             # its next progress reached them with a commit).
-            update = source.announcement(partition, conf.events_partitions, now)
+            update = source.announcement(partition, app.input_size.count, now)
             outbox.send_all(watermark_records(update))
         outbox.send(
             keyed_topic,
@@ -183,8 +183,8 @@ async def tell_caught_up_partitions() -> None:
         if goes_idle:
             source.went_idle()
             log.info("input partition %s is idle: it stops holding the watermark back", tp)
-            update = source.update(tp.partition, conf.events_partitions)
+            update = source.update(tp.partition, app.input_size.count)
         else:
-            update = source.announcement(tp.partition, conf.events_partitions, now)
+            update = source.announcement(tp.partition, app.input_size.count, now)
         for topic, key, value, partition in watermark_records(update):
             await app.producer.send(topic, key, value, partition, None, None)

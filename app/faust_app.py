@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from app.exactly_once.application import PairstreamApp, PairstreamTableManager
+from app.exactly_once.input_partitions import InputSizedAssignor
 from app.kafka.connection import KafkaConfigError
 from app.settings import settings
 from app.worker import PairstreamWorker, exit_for_config
@@ -61,6 +62,7 @@ def create_app() -> PairstreamApp:
         autodiscover=False,
         Worker=PairstreamWorker,
         TableManager=PairstreamTableManager,
+        PartitionAssignor=InputSizedAssignor,
     )
 
 

@@ -16,7 +16,7 @@ conf = settings()
 # makes that loop and those of faust's threads, whatever faust's -L chose.
 asyncio.set_event_loop_policy(uvloop.EventLoopPolicy() if conf.event_loop == "uvloop" else None)
 
-from agents import ingest, pairing  # noqa: E402  (after the loop's choice)
+from agents import ingest, input_growth, pairing  # noqa: E402  (after the loop's choice)
 from app.exactly_once.stage import Stage  # noqa: E402
 from app.faust_app import app  # noqa: E402
 from web import auth, pages  # noqa: E402
@@ -38,4 +38,4 @@ for stage in stages:
     app.partition_tasks.plug_in(stage)
 auth.install(app, conf.web_token, conf.web_open_metrics)
 
-__all__ = ["app", "pages"]
+__all__ = ["app", "input_growth", "pages"]

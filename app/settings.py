@@ -29,7 +29,10 @@ class Settings(BaseSettings):
     )
     events_topic: str = "events"
     events_partitions: int = Field(
-        8, ge=1, description="partitions of the input topic: created so, or checked at start"
+        8,
+        ge=1,
+        description="partitions of the input topic when it does not exist yet; an existing"
+        " one is taken as it is",
     )
     keyed_topic: str = Field("events-by-timestamp", description="events re-keyed by pairing key")
     pairs_topic: str = "pairs"

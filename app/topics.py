@@ -6,7 +6,7 @@ from __future__ import annotations
 import faust
 
 from app.faust_app import app
-from app.kafka.admin import check_input_partitions, ensure_topics
+from app.kafka.admin import ensure_topics
 from app.settings import settings
 
 conf = settings()
@@ -43,6 +43,7 @@ def bytes_topic(
 
 # Internal: faust creates it before subscribing, so a worker started before its
 # input exists consumes it (a topic missing at subscription was ignored for good).
+# `events_partitions` only sizes it when it does not exist (app/exactly_once/input_partitions.py).
 events = bytes_topic(
     conf.events_topic, internal=True, partitions=conf.events_partitions, buffered=RUNS_BUFFERED
 )
@@ -59,4 +60,3 @@ SINKS = (pairs, unpaired, dead_letters)
 async def declare_topics() -> None:
     # The broker does not auto-create topics; sinks must exist before the first send.
     await ensure_topics(conf)
-    await check_input_partitions(conf)

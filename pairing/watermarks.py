@@ -56,7 +56,8 @@ class EventClock:
 
     def observe(self, update: WatermarkUpdate) -> bool:
         """Take a watermark record; whether the watermark advanced."""
-        self.sources = max(self.sources or 0, update.sources)
+        # A source heard from exists, whatever count its owner had seen yet.
+        self.sources = max(self.sources or 0, update.sources, update.source + 1)
         known = self.marks.get(update.source)
         progress = update.progress_us
         if known is not None and known.progress_us is not None:

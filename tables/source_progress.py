@@ -8,13 +8,14 @@ table is written inside the event's transaction, like the pairing state.
 
 from __future__ import annotations
 
+from app.exactly_once.input_partitions import PROGRESS_TABLE
 from app.exactly_once.partition_tasks import PartitionTask
 from app.settings import settings
 from tables import TableWriter, bytes_table
 
 conf = settings()
 
-table = bytes_table("source-progress", conf.events_partitions, [conf.events_topic])
+table = bytes_table(PROGRESS_TABLE, conf.events_partitions, [conf.events_topic])
 
 
 def _key(partition: int) -> bytes:

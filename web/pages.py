@@ -155,7 +155,8 @@ def _is_me(url: str) -> bool:
 
 def _source_partitions() -> set[tuple[str, int]]:
     consumer = cast(Any, app.consumer)
-    events = consumer.topic_partitions(conf.events_topic) or conf.events_partitions
+    # The count this worker has seen: faust's is kept up to date on the group leader only.
+    events = max(consumer.topic_partitions(conf.events_topic) or 0, app.input_size.count)
     return {(conf.keyed_topic, p) for p in range(conf.partitions)} | {
         (conf.events_topic, p) for p in range(events)
     }

@@ -14,6 +14,7 @@ from mode import ServiceT
 
 from app.exactly_once import internals
 from app.exactly_once.flow_queue import RebalanceSafeQueue
+from app.exactly_once.input_partitions import PROGRESS_TABLE, InputSize, size_at_start
 from app.exactly_once.partition_tasks import PartitionTasks
 from app.exactly_once.transport import ExactlyOnceTransport
 from app.kafka.admin import wait_until_ready
@@ -28,6 +29,8 @@ class PairstreamApp(faust.App):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.partition_tasks = PartitionTasks()
+        # The input topic's partition count as this worker has seen it (input_partitions.py).
+        self.input_size = InputSize(settings().events_partitions)
 
     def _new_transport(self) -> Any:
         return ExactlyOnceTransport(self.conf.broker_consumer, self)
@@ -68,6 +71,10 @@ async def changelogs_ready(tables: TableManager) -> None:
     joins the group right after, and an assignment made while its metadata lacked a
     changelog leaves that one's partitions out. The tables then start empty, with no
     restore (two workers starting together lost 96 of 1,436 pairs so)."""
+    progress = tables.get(PROGRESS_TABLE)
+    if progress is not None:  # sized like the input topic as it is (input_partitions.py)
+        app: PairstreamApp = tables.app  # type: ignore[assignment]
+        await size_at_start(settings(), progress.changelog_topic, app.input_size)
     for table in tables.values():
         await table.changelog_topic.maybe_declare()
     conf = settings()

@@ -51,6 +51,7 @@ class Operation(IntEnum):  # Kafka's AclOperation codes
     READ = 3
     WRITE = 4
     CREATE = 5
+    ALTER = 7
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,12 @@ def internal_prefix(conf: Settings) -> str:
     return f"{conf.app_id}-"
 
 
+def progress_changelog(conf: Settings) -> str:
+    """The changelog of the source-progress table (tables/source_progress.py): a worker
+    grows it like the input topic (app/exactly_once/input_partitions.py)."""
+    return f"{internal_prefix(conf)}source-progress-changelog"
+
+
 def worker_topics(conf: Settings) -> tuple[set[str], set[str]]:
     """The topics a worker reads, and those it writes, apart from its internal ones."""
     reads = {conf.events_topic, conf.keyed_topic}
@@ -115,6 +122,8 @@ def worker_permissions(conf: Settings) -> list[Permission]:
             Permission(topic, prefix, operation, Pattern.PREFIXED)
             for operation in (Operation.READ, Operation.WRITE, Operation.CREATE)
         ),
+        # Partitions added to the input are added to this changelog too.
+        Permission(topic, progress_changelog(conf), Operation.ALTER),
         Permission(group, conf.app_id, Operation.READ),
         Permission(txn, prefix, Operation.WRITE, Pattern.PREFIXED),
     ]

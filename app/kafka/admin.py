@@ -69,10 +69,6 @@ def compacted_topics(conf: Settings) -> set[str]:
     return compacted | ({conf.sources_topic} if conf.enrichment_enabled else set())
 
 
-class InputPartitionsMismatch(RuntimeError):
-    pass
-
-
 @asynccontextmanager
 async def admin_client(conf: Settings) -> AsyncIterator[AIOKafkaAdminClient]:
     admin = AIOKafkaAdminClient(**conf.kafka.aiokafka())
@@ -81,20 +77,6 @@ async def admin_client(conf: Settings) -> AsyncIterator[AIOKafkaAdminClient]:
         yield admin
     finally:
         await admin.close()
-
-
-async def check_input_partitions(conf: Settings) -> None:
-    """The input topic must have the partitions the settings say: its partition
-    count sizes the state that tracks each partition's event-time progress."""
-    async with admin_client(conf) as admin:
-        [described] = await admin.describe_topics([conf.events_topic])
-    found = len(described["partitions"])
-    if found != conf.events_partitions:
-        raise InputPartitionsMismatch(
-            f"input topic {conf.events_topic!r} has {found} partitions, but"
-            f" PAIRSTREAM_EVENTS_PARTITIONS is {conf.events_partitions}: set it to {found}"
-            " (changing an input topic's partitions needs a new app id: docs/event-time.md)"
-        )
 
 
 class KeyedPartitionsMismatch(RuntimeError):

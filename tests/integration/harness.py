@@ -350,7 +350,9 @@ async def input_left_uncommitted(pipeline: Pipeline, within: float = 15.0) -> di
     the partition's next owner would process it again (docs/fault-matrix.md's defects:
     invalid inputs dead-lettered twice)."""
     conf = pipeline.conf
-    tps = [TP(conf.events_topic, p) for p in range(conf.events_partitions)]
+    async with admin_client(conf) as admin:
+        [described] = await admin.describe_topics([conf.events_topic])  # as it is now
+    tps = [TP(conf.events_topic, p) for p in range(len(described["partitions"]))]
     ends = await end_offsets(conf, tps)
     async with admin_client(conf) as admin:
         deadline = time.monotonic() + within

@@ -1,4 +1,4 @@
-"""The deposit chain (seed 001) against the real broker, with workers SIGKILLed and
+"""The deposit chain against the real broker, with workers SIGKILLed and
 scaled 1 -> 2 -> 1 while deposits flow: every account's balance in the validation
 table, in its last validated record and in the ledger equals the exact sum of its
 valid distinct deposits (the model in tools/deposits.py); no deposit is validated

@@ -1,4 +1,4 @@
-"""Enrichment of pairs from the reference table (seed 003) against the real broker:
+"""Enrichment of pairs from the reference table against the real broker:
 a present, a missing, a late, a changed and a deleted row, with the worker SIGKILLed
 in the middle; every pair comes out once, with the row (or flag) its day had."""
 

@@ -1,4 +1,4 @@
-"""No input can stop a partition (issue 47): a worker with every service enabled is sent
+"""No input can stop a partition: a worker with every service enabled is sent
 a poison corpus on every input topic (non-JSON, empty, huge exponents, 400-digit
 numbers, NaN and Infinity, Unicode digits, impossible dates, wrong types, deep nesting,
 very long strings) among valid records. Every partition keeps flowing: the valid records

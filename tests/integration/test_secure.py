@@ -134,7 +134,7 @@ async def test_each_missing_acl_stops_the_worker_with_its_name(
     assert "Authenticated as worker" in first.log() and password not in first.log()
     admin = pipeline.conf.kafka
     permissions = worker_permissions(pipeline.conf)
-    assert len(permissions) == 16  # what docs/deploy.md lists
+    assert len(permissions) == 17  # what docs/deploy.md lists
     failures = []
     for permission in permissions:
         await revoke(admin, "User:worker", [permission])

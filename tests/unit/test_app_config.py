@@ -37,7 +37,7 @@ def test_static_membership_is_off_unless_a_worker_is_given_an_instance_id(
 def test_producers_gather_records_for_the_configured_linger(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # faust's 0 made a produce request for every record or two (issue 14).
+    # faust's 0 made a produce request for every record or two.
     assert app.conf.producer_linger == settings().producer_linger_seconds > 0
     monkeypatch.setenv("PAIRSTREAM_PRODUCER_LINGER_SECONDS", "0.02")
     settings.cache_clear()
@@ -64,7 +64,7 @@ def test_the_benchmark_switch_turns_transactions_off(monkeypatch: pytest.MonkeyP
 def test_faust_s_monitor_sees_events_only_when_its_sensor_is_asked_for(
     monkeypatch: pytest.MonkeyPatch, faust_sensor: bool
 ) -> None:
-    # faust calls every sensor for each record, event and send (issue 14: no
+    # faust calls every sensor for each record, event and send (no
     # per-event sensors on the hot path).
     monkeypatch.setenv("PAIRSTREAM_FAUST_SENSOR", str(faust_sensor).lower())
     settings.cache_clear()
@@ -78,7 +78,7 @@ def test_faust_s_monitor_sees_events_only_when_its_sensor_is_asked_for(
 
 def test_tables_open_rocksdb_with_the_configured_write_buffer() -> None:
     # faust's 64 MiB memtable was replayed from the write-ahead log at every restart
-    # after a kill: 0.8 s a partition with 250,000 keys pending (issue 14).
+    # after a kill: 0.8 s a partition with 250,000 keys pending.
     configured = settings().rocksdb_write_buffer_bytes
     assert table.data.rocksdb_options.write_buffer_size == configured < 64 * 2**20
 
@@ -86,7 +86,7 @@ def test_tables_open_rocksdb_with_the_configured_write_buffer() -> None:
 async def test_a_worker_sets_the_collector_s_thresholds_and_freezes_its_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Python's (700, 10, 10) cost about a sixth of a worker's CPU (issue 14).
+    # Python's (700, 10, 10) cost about a sixth of a worker's CPU.
     async def nothing(self: object) -> None:
         pass
 

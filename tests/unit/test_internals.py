@@ -16,6 +16,7 @@ from typing import Any, ClassVar, cast
 from unittest.mock import AsyncMock
 
 import faust
+import faust.assignor
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.client import AIOKafkaClient, CoordinationType
@@ -42,6 +43,7 @@ from app.exactly_once import commit, internals
 from app.exactly_once.application import PairstreamApp, PairstreamTableManager
 from app.exactly_once.consumer import ExactlyOnceConsumer, ExactlyOnceConsumerThread
 from app.exactly_once.flow_queue import RebalanceSafeQueue
+from app.exactly_once.input_partitions import InputSizedAssignor
 from app.exactly_once.outbox import transactional_id
 from app.exactly_once.transport import ConcurrentTransactionManager, ExactlyOnceProducer
 from app.faust_app import app
@@ -57,6 +59,7 @@ OURS: list[type] = [
     ExactlyOnceConsumer,
     ExactlyOnceConsumerThread,
     ExactlyOnceProducer,
+    InputSizedAssignor,
     PairstreamApp,
     PairstreamTableManager,
     PairstreamWorker,
@@ -144,6 +147,51 @@ def test_client_consumer_is_the_thread_s_aiokafka_consumer() -> None:
     client = object()
     thread._consumer = client
     assert internals.client_consumer(thread) is client
+
+
+async def test_refreshed_partitions_asks_the_broker_on_the_consumer_thread() -> None:
+    thread = app.consumer._new_consumer_thread()
+    asked: list[str] = []
+    partitions = {"events": {0, 1, 2}}
+
+    async def force_metadata_update() -> bool:
+        asked.append("metadata")
+        partitions["events"] = set(range(8))
+        return True
+
+    async def call_thread(fun: Callable[[], Awaitable[Any]]) -> Any:
+        asked.append("thread")
+        return await fun()
+
+    client = SimpleNamespace(force_metadata_update=force_metadata_update)
+    thread._consumer = SimpleNamespace(_client=client, partitions_for_topic=partitions.get)
+    thread.call_thread = call_thread  # type: ignore[method-assign]
+    consumer = SimpleNamespace(_thread=thread)
+    assert await internals.refreshed_partitions(consumer, "events") == 8
+    assert await internals.refreshed_partitions(consumer, "other") is None
+    assert asked == ["thread", "metadata"] * 2
+    # The members named, as they are: faust's consumer runs its thread as `_thread`;
+    # aiokafka's consumer answers partitions_for_topic from its client's cluster, which
+    # a forced update refreshes, and its coordinator joins the group again when the
+    # leader sees a subscribed topic's partitions change.
+    assert isinstance(app.consumer._thread, type(thread))
+    assert inspect.iscoroutinefunction(type(thread).call_thread)
+    assert "force_metadata_update" in AIOKafkaClient.__dict__
+    assert "self._client.cluster.partitions_for_topic(topic)" in inspect.getsource(
+        AIOKafkaConsumer.partitions_for_topic
+    )
+    assert "self._on_metadata_change()" in inspect.getsource(
+        GroupCoordinator._handle_metadata_update
+    )
+
+
+def test_the_assignor_is_ours_and_sees_the_cluster_as_partitions_for_topic() -> None:
+    assert isinstance(app.assignor, InputSizedAssignor)
+    source = inspect.getsource(faust.assignor.PartitionAssignor._perform_assignment)
+    source += inspect.getsource(faust.assignor.PartitionAssignor._get_copartitioned_groups)
+    # capped metadata answers partitions_for_topic only: faust's assignment asks nothing else.
+    assert "cluster.partitions_for_topic(topic)" in source
+    assert source.count("cluster.") == 1
 
 
 def test_is_changelog_knows_the_tables_changelogs() -> None:

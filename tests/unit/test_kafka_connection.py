@@ -151,12 +151,14 @@ def test_a_worker_needs_its_topics_its_prefix_its_group_and_its_transactional_id
     assert Permission(topic, "in", Operation.WRITE) not in permissions
     assert Permission(topic, "out", Operation.WRITE) in permissions
     assert Permission(topic, "out", Operation.READ) not in permissions
-    assert {Permission(topic, "keyed", o) for o in Operation} <= permissions
-    assert {Permission(topic, "app-", o, Pattern.PREFIXED) for o in Operation} <= permissions
+    data = (Operation.READ, Operation.WRITE, Operation.CREATE)
+    assert {Permission(topic, "keyed", o) for o in data} <= permissions
+    assert {Permission(topic, "app-", o, Pattern.PREFIXED) for o in data} <= permissions
+    assert Permission(topic, "app-source-progress-changelog", Operation.ALTER) in permissions
     assert Permission(ResourceType.GROUP, "app", Operation.READ) in permissions
     txn = Permission(ResourceType.TRANSACTIONAL_ID, "app-", Operation.WRITE, Pattern.PREFIXED)
     assert txn in permissions
-    assert len(permissions) == len(worker_permissions(conf)) == 16
+    assert len(permissions) == len(worker_permissions(conf)) == 17
     chain = set(worker_permissions(Settings(app_id="app", chain_enabled=True)))
     assert Permission(topic, "deposits", Operation.READ) in chain - permissions
     assert Permission(topic, "deposits.validated", Operation.WRITE) in chain

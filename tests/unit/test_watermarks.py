@@ -110,3 +110,35 @@ def test_an_idle_source_handed_over_holds_the_watermark_again() -> None:
     clock.observe(update(0, 90))
     clock.observe(update(1, 95))
     assert clock.watermark_us == 50  # held until partition 2 is heard from or idle again
+
+
+def test_partitions_added_to_the_input_hold_it_until_heard_from() -> None:
+    clock = EventClock()
+    for source in range(3):
+        clock.observe(update(source, 50 + source))
+    assert clock.watermark_us == 50
+    # The input grows to 5: a tell that says so, with no progress, changes nothing
+    # known, and the new sources hold the watermark until they are heard from.
+    assert not clock.observe(WatermarkUpdate(1, 5, None, False))
+    assert clock.marks[1].progress_us == 51
+    assert not clock.observe(update(0, 90))
+    assert not clock.observe(update(1, 90))
+    assert not clock.observe(update(2, 90))
+    assert clock.watermark_us == 50
+    assert not clock.observe(WatermarkUpdate(3, 5, 60, False))
+    assert clock.observe(WatermarkUpdate(4, 5, None, True))  # never written: idle
+    assert clock.watermark_us == 60
+
+
+def test_a_source_heard_from_counts_even_when_its_owner_saw_fewer_partitions() -> None:
+    clock = EventClock()
+    for source in range(3):
+        clock.observe(update(source, 50))
+    clock.observe(WatermarkUpdate(3, 3, 20, False))  # an owner not yet told of the growth
+    assert clock.sources == 4
+    assert not clock.observe(update(0, 90))
+    assert not clock.observe(update(1, 90))
+    assert not clock.observe(update(2, 90))
+    assert clock.watermark_us == 50  # held by source 3 (at 20)
+    assert clock.observe(WatermarkUpdate(3, 3, 95, False))
+    assert clock.watermark_us == 90

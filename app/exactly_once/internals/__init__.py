@@ -6,6 +6,7 @@ one fails there, in seconds, rather than in the fault matrix.
 """
 
 import faust
+from faust.assignor import PartitionAssignor
 from faust.tables import TableManager
 from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -63,4 +64,5 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
         "stop": ("self",),
     },
     TableManager: {"on_start": ("self",)},
+    PartitionAssignor: {"assign": ("self", "cluster", "member_metadata")},
 }

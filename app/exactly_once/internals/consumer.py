@@ -28,6 +28,7 @@ __all__ = [
     "hand_on_decoded_records",
     "install_last_read_offsets",
     "is_changelog",
+    "refreshed_partitions",
     "remove_group_member",
     "restore_offsets",
     "set_fetch_limits",
@@ -120,6 +121,25 @@ def client_consumer(thread: Any) -> AIOKafkaConsumer:
     """aiokafka's consumer under faust's consumer thread."""
     consumer: AIOKafkaConsumer = thread._ensure_consumer()
     return consumer
+
+
+async def refreshed_partitions(consumer: Any, topic: str) -> int | None:
+    """How many partitions `topic` has, after the group consumer has asked the broker
+    for the cluster's metadata, on the consumer thread's loop (faust's
+    `Consumer._thread`, aiokafka's `_client`); None when unknown. On the group leader,
+    a subscribed topic whose partition count changed makes the group join again.
+    (faust's `Consumer.topic_partitions` reads aiokafka's coordinator's snapshot,
+    which only the leader keeps up to date.)"""
+    thread = consumer._thread
+
+    async def refresh() -> int | None:
+        client = client_consumer(thread)
+        await client._client.force_metadata_update()
+        partitions = client.partitions_for_topic(topic)
+        return len(partitions) if partitions else None
+
+    found: int | None = await thread.call_thread(refresh)
+    return found
 
 
 def set_fetch_limits(consumer: AIOKafkaConsumer, min_bytes: int, max_wait_seconds: float) -> None:
