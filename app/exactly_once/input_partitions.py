@@ -20,7 +20,7 @@ from aiokafka.errors import InvalidPartitionsError
 from faust.assignor import PartitionAssignor
 
 from app.kafka.access import progress_changelog
-from app.kafka.admin import admin_client, wait_until_ready
+from app.kafka.admin import admin_client, described_partitions, wait_until_ready
 from app.settings import Settings, settings
 
 log = logging.getLogger(__name__)
@@ -47,13 +47,6 @@ class InputSize:
 
 class ChangelogLargerThanInput(RuntimeError):
     pass
-
-
-async def described_partitions(conf: Settings, topics: list[str]) -> dict[str, int]:
-    """Each existing topic's partition count; topics that do not exist are left out."""
-    async with admin_client(conf) as admin:
-        described = await admin.describe_topics(topics)
-    return {t["topic"]: len(t["partitions"]) for t in described if t["error_code"] == 0}
 
 
 async def size_at_start(conf: Settings, changelog_topic: Any, input_size: InputSize) -> None:

@@ -79,6 +79,13 @@ async def admin_client(conf: Settings) -> AsyncIterator[AIOKafkaAdminClient]:
         await admin.close()
 
 
+async def described_partitions(conf: Settings, topics: list[str]) -> dict[str, int]:
+    """Each existing topic's partition count; topics that do not exist are left out."""
+    async with admin_client(conf) as admin:
+        described = await admin.describe_topics(topics)
+    return {t["topic"]: len(t["partitions"]) for t in described if t["error_code"] == 0}
+
+
 class KeyedPartitionsMismatch(RuntimeError):
     pass
 
@@ -87,13 +94,7 @@ async def check_keyed_partitions(conf: Settings, topics: list[str]) -> None:
     """The keyed topic and the changelogs of the state partitioned like it, where they
     exist, have PAIRSTREAM_PARTITIONS partitions: a key's state lives in the partition
     its key routes to over that count, so the count cannot change in place."""
-    async with admin_client(conf) as admin:
-        described = await admin.describe_topics(topics)
-    found = {
-        topic["topic"]: len(topic["partitions"])
-        for topic in described
-        if topic["error_code"] == 0 and topic["partitions"]
-    }
+    found = await described_partitions(conf, topics)
     wrong = sorted(
         f"{name} has {count}" for name, count in found.items() if count != conf.partitions
     )
