@@ -81,6 +81,11 @@ class Plan:
         }
 
 
+class OpenTransactions(MoveRefused):
+    """A partition to read has an open transaction: its end is not known until the
+    transaction commits or the broker aborts it."""
+
+
 def _consumer(conf: Settings, isolation: str) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(
         **conf.kafka.aiokafka(),
@@ -119,7 +124,7 @@ async def _read(
     stable, high = await _ends(conf, tps)
     open_ = [f"{tp.topic}[{tp.partition}]" for tp in tps if stable[tp] < high[tp]]
     if open_:
-        raise MoveRefused(
+        raise OpenTransactions(
             f"open transactions on {open_}: a worker was killed mid-transaction or still runs."
             " Wait for the broker to abort it (transaction.timeout.ms: 60 s for a worker, 5 min for"
             " this command) and run"
