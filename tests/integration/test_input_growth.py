@@ -201,7 +201,8 @@ async def test_an_existing_input_is_taken_as_it_is_and_may_grow_while_the_worker
     """The setting says 8, the input has 3: the worker runs on 3. Stopped part-way,
     the input grows to 5 and the stream goes on over all 5; started again, the worker
     grows its source-progress changelog to 5 before it joins."""
-    pipeline = Pipeline(broker, tmp_path, PAIRSTREAM_EVENTS_PARTITIONS="8", **SETTINGS)
+    # No pause while the stream flows here: the worker learns of the growth as it starts.
+    pipeline = Pipeline(broker, tmp_path, PAIRSTREAM_EVENTS_PARTITIONS="8", **DRAINS)
     conf = pipeline.conf
     async with admin_client(conf) as admin:
         await admin.create_topics([NewTopic(conf.events_topic, 3, conf.replication_factor)])
