@@ -40,11 +40,13 @@ class PairstreamResult:
 
 @dataclass(frozen=True)
 class WorkerRun:
-    """Fresh topics and settings for one benchmark worker; its log; its /stats."""
+    """Fresh topics and settings for one benchmark worker; its log; its /stats; the
+    settings for its process alone (`start_worker(log_path, env)`)."""
 
     conf: Settings
     log_path: Path
     stats_url: str
+    env: dict[str, str]
 
     async def discard(self) -> None:
         """What a run that succeeded leaves behind: its topics, state and logs."""
@@ -68,7 +70,9 @@ def worker_run(
     kind: str, bootstrap: str, commit_interval: float, extra: dict[str, str] | None = None
 ) -> WorkerRun:
     """Settings for a worker of its own run id, put in this process's environment, which
-    the worker started by `start_worker` inherits."""
+    the worker started by `start_worker` inherits; `extra` only in the run's `env`, as
+    a later run would inherit it too (each run sets the others anew). `conf` is without
+    `extra`."""
     run_id = f"{kind}-{uuid.uuid4().hex[:8]}"
     port = free_port()
     os.environ.update(
@@ -78,13 +82,12 @@ def worker_run(
             "PAIRSTREAM_EVENTS_PARTITIONS": str(INPUT_PARTITIONS),
             "PAIRSTREAM_COMMIT_INTERVAL_SECONDS": str(commit_interval),
             "PAIRSTREAM_WEB_PORT": str(port),
-            **(extra or {}),
         }
     )
     conf = Settings()
     log_path = Path(conf.data_dir).with_name(f"{run_id}-worker.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    return WorkerRun(conf, log_path, f"http://127.0.0.1:{port}/stats")
+    return WorkerRun(conf, log_path, f"http://127.0.0.1:{port}/stats", extra or {})
 
 
 async def through_pairing(url: str) -> int:
@@ -114,7 +117,7 @@ async def run_worker(
     await pre_produce(bootstrap, run.conf.events_topic, records)
     await ensure_topics(run.conf)
     log_path = run.log_path
-    worker = start_worker(log_path)
+    worker = start_worker(log_path, run.env)
     started = time.monotonic()
     recorder = None
     try:

@@ -105,7 +105,7 @@ async def run_restart(bootstrap: str, pending: int, timeout: float) -> RestartRe
     await pre_produce(bootstrap, conf.events_topic, pending_records(pending))
     await ensure_topics(conf)
     data_dir = Path(conf.data_dir)
-    worker = start_worker(log_path)
+    worker = start_worker(log_path, run.env)
     started = time.monotonic()
     try:
         await wait_ready(log_path, worker)
@@ -119,13 +119,13 @@ async def run_restart(bootstrap: str, pending: int, timeout: float) -> RestartRe
 
         kill(worker)
         killed_at = time.monotonic()
-        worker = start_worker(log_path)
+        worker = start_worker(log_path, run.env)
         intact = await back_to_processing(conf, probe_records(pending, 0), killed_at, timeout)
 
         kill(worker)
         killed_at = time.monotonic()
         shutil.rmtree(data_dir)
-        worker = start_worker(log_path)
+        worker = start_worker(log_path, run.env)
         deleted = await back_to_processing(conf, probe_records(pending, 1), killed_at, timeout)
     finally:
         if worker.poll() is None:

@@ -4,11 +4,14 @@ samples, and the results of parts of the suite run apart."""
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
+
+import pytest
 
 from bench.latency import LatencyResult
 from bench.measure import Samples, median
-from bench.pairstream import PairstreamResult, discard_run
+from bench.pairstream import PairstreamResult, discard_run, worker_run
 from bench.profile import Profile
 from bench.quix import QuixResult
 from bench.report import (
@@ -132,3 +135,20 @@ def test_a_run_that_succeeded_leaves_nothing_of_its_own_behind(tmp_path: Path) -
         "bench-4567ef01",
         "bench-4567ef01-worker.log",
     ]
+
+
+def test_a_runs_own_settings_are_not_left_to_the_runs_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The suite's parts run one after the other in one process: a worker without
+    # transactions once left every later worker without them.
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    without = worker_run(
+        "bench", "127.0.0.1:9", 1.0, {"PAIRSTREAM_BENCH_WITHOUT_TRANSACTIONS": "1"}
+    )
+    assert without.env == {"PAIRSTREAM_BENCH_WITHOUT_TRANSACTIONS": "1"}
+    after = worker_run("bench", "127.0.0.1:9", 0.5)
+    assert after.env == {}
+    assert "PAIRSTREAM_BENCH_WITHOUT_TRANSACTIONS" not in os.environ
+    assert after.conf.commit_interval_seconds == 0.5
+    assert not after.conf.bench_without_transactions
