@@ -5,6 +5,7 @@ pair."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import subprocess
 import sys
@@ -46,12 +47,18 @@ class QuixResult:
 
 
 def python() -> Path:
-    """The venv's Python, the venv made on first use."""
+    """The venv's Python, the venv made on first use, under a lock: a smoke run's parts,
+    side by side, both run the app."""
     interpreter = VENV / "bin" / "python"
-    if not (VENV / ".installed").exists():
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        subprocess.run([str(interpreter), "-m", "pip", "install", "-q", QUIXSTREAMS], check=True)
-        (VENV / ".installed").write_text(QUIXSTREAMS)
+    VENV.parent.mkdir(parents=True, exist_ok=True)
+    with (VENV.parent / "quix-venv.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (VENV / ".installed").exists():
+            subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+            subprocess.run(
+                [str(interpreter), "-m", "pip", "install", "-q", QUIXSTREAMS], check=True
+            )
+            (VENV / ".installed").write_text(QUIXSTREAMS)
     return interpreter
 
 
@@ -104,14 +111,19 @@ async def committed_until_every_pair(
     return progress
 
 
-async def count_visible(bootstrap: str, topic: str, seen: list[int]) -> None:
-    consumer = AIOKafkaConsumer(
+def committed_reader(bootstrap: str, topic: str) -> AIOKafkaConsumer:
+    """A read_committed consumer of `topic` from its start, of no group."""
+    return AIOKafkaConsumer(
         topic,
         **KafkaConnection(bootstrap).aiokafka(),
         auto_offset_reset="earliest",
         isolation_level="read_committed",
         enable_auto_commit=False,
     )
+
+
+async def count_visible(bootstrap: str, topic: str, seen: list[int]) -> None:
+    consumer = committed_reader(bootstrap, topic)
     await consumer.start()
     try:
         while True:
@@ -121,28 +133,39 @@ async def count_visible(bootstrap: str, topic: str, seen: list[int]) -> None:
         await consumer.stop()
 
 
+def state_dir(group: str) -> Path:
+    return ROOT / ".run" / group
+
+
+def start_app(
+    bootstrap: str, source: str, sink: str, group: str, commit_interval: float
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """The app as consumer `group`, from `source` to `sink`: its process and its log."""
+    interpreter = python()
+    log_path = ROOT / ".run" / f"{group}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        app = subprocess.Popen(
+            [str(interpreter), str(APP), bootstrap, source, sink, group,
+             str(commit_interval), str(state_dir(group))],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    return app, log_path
+
+
 async def run_quix(
     bootstrap: str, source: str, records: list[Record], commit_interval: float, timeout: float
 ) -> QuixResult:
     """Run the app over `source` (already holding `records`) until every pair is out."""
-    interpreter = python()
     group = f"bench-quix-{uuid.uuid4().hex[:8]}"
     sink = f"{group}-pairs"
     await create_topic(bootstrap, sink)
     wanted = expected_pairs(records)
-    state_dir = ROOT / ".run" / group
-    log_path = ROOT / ".run" / f"{group}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     seen = [0]
     reader = asyncio.ensure_future(count_visible(bootstrap, sink, seen))
     admin = AIOKafkaAdminClient(**KafkaConnection(bootstrap).aiokafka())
     await admin.start()
-    with log_path.open("ab") as log:
-        app = subprocess.Popen(
-            [str(interpreter), str(APP), bootstrap, source, sink, group,
-             str(commit_interval), str(state_dir)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+    app, log_path = start_app(bootstrap, source, sink, group, commit_interval)
     started = time.monotonic()
     try:
         progress = await committed_until_every_pair(
@@ -165,7 +188,7 @@ async def run_quix(
             await reader
         await admin.close()
     await delete_topics(bootstrap, group)
-    discard_run(state_dir)
+    discard_run(state_dir(group))
     # Transaction markers count in the committed offsets: at most one per partition and
     # commit, a fraction of a percent here.
     total = progress.samples[-1][1]

@@ -6,9 +6,9 @@ pairstream): `python bench/quix_app.py BOOTSTRAP INPUT OUTPUT GROUP COMMIT_S STA
 The same work per event as pairstream's two stages, without event time: parse the
 JSON once, check the type and timestamp, repartition by the timestamp (the pair key),
 then one state read and one state write per event in RocksDB with a
-changelog, and a pair record out when A meets B. Duplicates and a second A are kept
-out as pairstream keeps them. No expiry: pairstream's max wait and watermarks cost it
-more than this app pays.
+changelog, and a pair record out when A meets B (with the A's id, as pairstream's).
+Duplicates and a second A are kept out as pairstream keeps them. No expiry:
+pairstream's max wait and watermarks cost it more than this app pays.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ def pair(value: dict[str, Any], state: State) -> dict[str, Any] | None:
         return None
     state.set("pending", {"type": PAIRED})  # a copy sent again later pairs no second time
     a, b = (pending, value) if pending["type"] == "A" else (value, pending)
-    return {"timestamp": a["timestamp"], "a": a["value"], "b": b["value"]}
+    # The A's id, as pairstream's pair carries it: how bench/latency.py knows the pair.
+    return {"timestamp": a["timestamp"], "a": a["value"], "b": b["value"], "a_id": a.get("id")}
 
 
 def build(
