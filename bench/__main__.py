@@ -17,7 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.ceiling import consume_produce
-from bench.latency import SMOKE_LATENCY_BASIS, run_latency
+from bench.latency import (
+    DEFAULT_COMMIT_INTERVAL,
+    PAIRSTREAM_DEFAULT,
+    PAIRSTREAM_LOW_LATENCY,
+    QUIX,
+    SMOKE_LATENCY_BASIS,
+    levels,
+    run_latency,
+    run_quix_latency,
+)
 from bench.measure import median
 from bench.pairstream import run_worker
 from bench.quix import run_quix
@@ -42,7 +51,8 @@ class Plan:
     records: list[Record]
     intervals: list[float]  # ascending: the last gives the highest rate
     rounds: int  # runs of pairstream and of the peer at each interval, in turn
-    loads: list[float]
+    latency_rates: list[float]  # events/s offered at fixed rates
+    loads: list[float]  # and at these shares of the basis
     latency_basis: float | None  # events/s the loads are shares of; None: measured first
     level_seconds: float
     pending: list[int]
@@ -77,24 +87,31 @@ async def throughput_and_peer(plan: Plan, results: Results) -> None:
 
 
 async def latency(plan: Plan, results: Results) -> None:
-    """Latency at shares of `plan.latency_basis`; without one, of the median
-    first-to-last rate of the pairstream runs before it (the parts then run one after
-    the other) at the longest interval: the rate both stages keep up together, as
-    under a live input. The steady rate of this pre-produced input can end in pairing's
-    phase alone, once ingest has read everything (1.45x the first-to-last rate at 1 s
-    commits on `277c66e`), and half of it offered live was more than the worker kept up
-    with (p99 3.0-6.7 s)."""
-    longest = plan.intervals[-1]
+    """Latency at fixed rates and at shares of `plan.latency_basis`; without one, of the
+    median first-to-last rate of the pairstream runs before it (the parts then run one
+    after the other) at the worker's default commit interval (else the longest): the rate
+    both stages keep up together, as under a live input. The steady rate of this
+    pre-produced input can end in pairing's phase alone, once ingest has read everything
+    (1.45x the first-to-last rate at 1 s commits on `277c66e`), and half of it offered
+    live was more than the worker kept up with (p99 3.0-6.7 s). The same levels for the
+    worker at its defaults and at a low-latency profile, and for the Quix Streams app at
+    the default commit interval, one app over all levels at a time."""
+    interval = (
+        DEFAULT_COMMIT_INTERVAL if DEFAULT_COMMIT_INTERVAL in plan.intervals else plan.intervals[-1]
+    )
     rate = plan.latency_basis
     if rate is None:
-        at_max = [r for r in results.pairstream if r.commit_interval == longest]
-        rate = median([r.through_rate for r in at_max])
+        at_basis = [r for r in results.pairstream if r.commit_interval == interval]
+        rate = median([r.through_rate for r in at_basis])
         if not math.isfinite(rate):  # runs over within one sample: their whole runs' rate
-            rate = median([len(plan.records) / r.seconds for r in at_max])
-    print(f"latency, commit interval {longest:g} s ...", flush=True)
-    results.latency = await run_latency(
-        plan.bootstrap, longest, rate, plan.loads, plan.level_seconds
-    )
+            rate = median([len(plan.records) / r.seconds for r in at_basis])
+    offered = levels(rate, plan.latency_rates, plan.loads)
+    results.latency_basis = rate
+    for setup in (PAIRSTREAM_DEFAULT, PAIRSTREAM_LOW_LATENCY):
+        print(f"latency, {setup.app}, commit interval {setup.commit_interval:g} s ...", flush=True)
+        results.latency += await run_latency(plan.bootstrap, setup, offered, plan.level_seconds)
+    print(f"latency, {QUIX.app}, commit interval {QUIX.commit_interval:g} s ...", flush=True)
+    results.latency += await run_quix_latency(plan.bootstrap, QUIX, offered, plan.level_seconds)
 
 
 async def transactions(plan: Plan, results: Results) -> None:
@@ -206,6 +223,8 @@ def main(argv: list[str] | None = None) -> None:
     intervals = [1.0] if args.smoke else [0.1, 0.5, 1.0]
     pending = [3_000] if args.smoke else args.pending
     loads = [0.5] if args.smoke else [0.25, 0.5, 0.75]
+    # A smoke run's levels are small: its parts run side by side on a loaded machine.
+    latency_rates = [1_000.0] if args.smoke else [1_000.0, 10_000.0]
     level_seconds = 8.0 if args.smoke else 30.0
     repeats = 1 if args.smoke else 3  # runs to take a median of, where runs spread
     if args.bootstrap is None:
@@ -217,6 +236,7 @@ def main(argv: list[str] | None = None) -> None:
         workload(events),
         intervals,
         repeats,
+        latency_rates,
         loads,
         SMOKE_LATENCY_BASIS if args.smoke else None,
         level_seconds,

@@ -1,24 +1,31 @@
-"""End-to-end latency under load: one worker, A/B partners produced at a steady rate
-(each B right after its A, no producer key), and each pair's latency from the send of
-its second event to the pair being visible to a read_committed consumer."""
+"""End-to-end latency under load: one app (a pairstream worker, or the Quix Streams app of
+bench/quix_app.py) on empty topics, A/B partners produced at steady rates (each B right
+after its A, no producer key), and each pair's latency from the send of its second event
+to the pair being visible to a read_committed consumer."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import time
+import uuid
+from collections.abc import AsyncIterator
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from app.kafka.admin import ensure_topics
 from app.kafka.connection import KafkaConnection
+from app.settings import Settings
 from bench.ceiling import BatchedSink
-from bench.pairstream import worker_run
-from bench.workload import INPUT_PARTITIONS, create_topic
+from bench.pairstream import discard_run, worker_run
+from bench.quix import committed_reader, start_app, state_dir
+from bench.workload import INPUT_PARTITIONS, create_topic, delete_topics
 from tools.demo import start_worker, stop_worker, wait_ready
 from tools.generate import BASE_TIME
 from tools.read_outputs import OutputReader
@@ -26,19 +33,62 @@ from tools.read_outputs import OutputReader
 SPACING = timedelta(milliseconds=1)  # between keys: each key's timestamp is its own
 WARM_UP = 3.0  # seconds of each level left out of its figures
 DRAIN_SECONDS = 120.0  # after a level, for its last pairs
+READY_SECONDS = 120.0  # for the first pair: the app's start, topics and assignment
 TICK = 0.005  # seconds between two hand-overs of the load generator
 # What a smoke run's loads are shares of: its parts run side by side, so no rate it
 # measures is worth basing them on.
 SMOKE_LATENCY_BASIS = 1_000.0
+DEFAULT_COMMIT_INTERVAL: float = Settings.model_fields["commit_interval_seconds"].default
+
+
+@dataclass(frozen=True)
+class Level:
+    """A rate offered: a fixed one, or a share (`load`) of the measured maximum."""
+
+    rate: float  # events/s
+    load: float | None = None
+
+
+def levels(basis: float, rates: list[float], loads: list[float]) -> list[Level]:
+    """The fixed `rates` and the `loads` of `basis`, lowest rate first."""
+    return sorted(
+        [*(Level(rate) for rate in rates), *(Level(basis * load, load) for load in loads)],
+        key=lambda level: level.rate,
+    )
+
+
+@dataclass(frozen=True)
+class Setup:
+    """An app as the latency part runs it."""
+
+    app: str  # as the report names it
+    commit_interval: float
+    env: dict[str, str] = field(default_factory=dict)  # a worker's settings besides
+
+
+PAIRSTREAM_DEFAULT = Setup("pairstream default", DEFAULT_COMMIT_INTERVAL)
+# Each setting at the end of its valid range that waits least: a fetch answered at its
+# first record, quiet partitions fetched again after 10 ms, outputs sent after 5 ms.
+PAIRSTREAM_LOW_LATENCY = Setup(
+    "pairstream low latency",
+    0.1,
+    {
+        "PAIRSTREAM_FETCH_MIN_BYTES": "1",
+        "PAIRSTREAM_FETCH_MAX_WAIT_SECONDS": "0.01",
+        "PAIRSTREAM_PRODUCER_LINGER_SECONDS": "0.005",
+    },
+)
+QUIX = Setup("Quix Streams", DEFAULT_COMMIT_INTERVAL)  # its own defaults besides
 
 
 @dataclass(frozen=True)
 class LatencyResult:
+    app: str
     commit_interval: float
-    load: float  # the share of the measured maximum
-    events_per_second: float  # offered
+    level: Level
     pairs: int  # measured (after the warm-up)
     p50: float  # seconds
+    p90: float
     p99: float
     max: float
 
@@ -47,14 +97,23 @@ def percentile(ordered: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
+def append_partners(sink: BatchedSink, number: int) -> str:
+    """Key `number`'s A and B, each to a partition at random, as aiokafka's partitioner
+    sends a record with no key; the A's id, by which its pair is known."""
+    stamp = (BASE_TIME + number * SPACING).strftime("%Y-%m-%d %H:%M:%S.%f")
+    for kind in ("A", "B"):
+        value = f'{{"type":"{kind}","timestamp":"{stamp}","value":1,"id":"{kind}-{number}"}}'
+        sink.append(random.randrange(INPUT_PARTITIONS), None, value.encode())
+    return f"A-{number}"
+
+
 async def offer(
     producer: AIOKafkaProducer, topic: str, rate: float, seconds: float, first: int
 ) -> dict[str, float]:
     """Partners at `rate` events/s for `seconds`: when each pair's second event was handed
-    to the producer, by the first event's id. Each event goes to a partition at random, as
-    aiokafka's partitioner sends a record with no key. What is due is handed over every
-    `TICK`, in one batch per partition: through `send`, an await per record, the generator
-    took 39-58% of a core at 8,000 events/s, beside the worker on this machine's two."""
+    to the producer, by the first event's id. What is due is handed over every `TICK`, in
+    one batch per partition: through `send`, an await per record, the generator took
+    39-58% of a core at 8,000 events/s, beside the worker on this machine's two."""
     keys_per_second = rate / 2
     sent: dict[str, float] = {}
     sink = BatchedSink(producer, topic)
@@ -62,15 +121,7 @@ async def offer(
     n = first
     while (elapsed := time.monotonic() - started) < seconds:
         due = first + int(elapsed * keys_per_second)
-        keys = []
-        for number in range(n, due):
-            stamp = (BASE_TIME + number * SPACING).strftime("%Y-%m-%d %H:%M:%S.%f")
-            for kind in ("A", "B"):
-                value = (
-                    f'{{"type":"{kind}","timestamp":"{stamp}","value":1,"id":"{kind}-{number}"}}'
-                )
-                sink.append(random.randrange(INPUT_PARTITIONS), None, value.encode())
-            keys.append(f"A-{number}")
+        keys = [append_partners(sink, number) for number in range(n, due)]
         n = max(n, due)
         await sink.hand_over()
         handed_over = time.monotonic()
@@ -81,80 +132,136 @@ async def offer(
     return sent
 
 
-async def read_pairs(reader: OutputReader, seen: dict[str, float]) -> None:
-    while True:
-        before = len(reader.outputs.pairs)
-        await reader.poll()
+# The A ids of the pairs an app made visible, a poll's at a time: how the latency part
+# reads one app's output.
+PairIds = AsyncIterator[list[str]]
+
+
+async def note_visible(pairs: PairIds, seen: dict[str, float]) -> None:
+    async for ids in pairs:
         now = time.monotonic()
-        for pair in reader.outputs.pairs[before:]:
-            seen[pair["a_id"]] = now
+        for id_ in ids:
+            seen[id_] = now
 
 
-async def run_latency(
-    bootstrap: str, commit_interval: float, max_rate: float, loads: list[float], seconds: float
+async def visible(
+    keys: list[str], seen: dict[str, float], timeout: float, reading: asyncio.Future[None]
+) -> None:
+    deadline = time.monotonic() + timeout
+    while missing := [key for key in keys if key not in seen]:
+        if reading.done():
+            reading.result()  # the reader's error
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{len(missing)} pairs not visible, e.g. {missing[:3]}")
+        await asyncio.sleep(0.5)
+
+
+async def measure_levels(
+    bootstrap: str, topic: str, pairs: PairIds, setup: Setup, offered: list[Level], seconds: float
 ) -> list[LatencyResult]:
-    run = worker_run("bench-latency", bootstrap, commit_interval)
-    conf, log_path = run.conf, run.log_path
-    await create_topic(bootstrap, conf.events_topic)
-    await ensure_topics(conf)
-    worker = start_worker(log_path)
+    """Each level in turn into `topic`, a running app's input, for `seconds`; `pairs`
+    what it made visible. One pair first, until visible: the app's start and first
+    assignment, which the warm-up need not cover, stay out of the figures."""
     producer = AIOKafkaProducer(
         **KafkaConnection(bootstrap).aiokafka(), enable_idempotence=True, linger_ms=5
     )
+    seen: dict[str, float] = {}
+    reading = asyncio.ensure_future(note_visible(pairs, seen))
+    await producer.start()
+    try:
+        sink = BatchedSink(producer, topic)
+        first_pair = append_partners(sink, 0)
+        await sink.hand_over()
+        await sink.delivered()
+        await visible([first_pair], seen, READY_SECONDS, reading)
+        results = []
+        first = 1
+        for level in offered:
+            sent = await offer(producer, topic, level.rate, seconds, first)
+            first += len(sent)
+            measured = list(sent.items())[int(len(sent) * WARM_UP / seconds) :]
+            await visible([key for key, _ in measured], seen, DRAIN_SECONDS, reading)
+            ordered = sorted(seen[key] - at for key, at in measured)
+            results.append(
+                LatencyResult(
+                    setup.app,
+                    setup.commit_interval,
+                    level,
+                    len(ordered),
+                    percentile(ordered, 0.5),
+                    percentile(ordered, 0.9),
+                    percentile(ordered, 0.99),
+                    ordered[-1],
+                )
+            )
+        return results
+    finally:
+        reading.cancel()
+        with suppress(asyncio.CancelledError):
+            await reading
+        await producer.stop()
+
+
+async def pairstream_pairs(reader: OutputReader) -> PairIds:
+    while True:
+        before = len(reader.outputs.pairs)
+        await reader.poll()
+        yield [pair["a_id"] for pair in reader.outputs.pairs[before:]]
+
+
+async def run_latency(
+    bootstrap: str, setup: Setup, offered: list[Level], seconds: float
+) -> list[LatencyResult]:
+    """One pairstream worker over all the levels."""
+    run = worker_run("bench-latency", bootstrap, setup.commit_interval, setup.env)
+    conf, log_path = run.conf, run.log_path
+    await create_topic(bootstrap, conf.events_topic)
+    await ensure_topics(conf)
+    worker = start_worker(log_path, run.env)
     try:
         await wait_ready(log_path, worker)
-        await producer.start()
         async with OutputReader(conf) as reader:
-            seen: dict[str, float] = {}
-            reading = asyncio.ensure_future(read_pairs(reader, seen))
-            try:
-                results = await measure_levels(
-                    producer, conf.events_topic, seen, commit_interval, max_rate, loads, seconds
-                )
-            finally:
-                reading.cancel()
-                with suppress(asyncio.CancelledError):
-                    await reading
+            results = await measure_levels(
+                bootstrap, conf.events_topic, pairstream_pairs(reader), setup, offered, seconds
+            )
     finally:
-        await producer.stop()
         stop_worker(worker)
     await run.discard()
     return results
 
 
-async def measure_levels(
-    producer: AIOKafkaProducer,
-    topic: str,
-    seen: dict[str, float],
-    commit_interval: float,
-    max_rate: float,
-    loads: list[float],
-    seconds: float,
+async def quix_pairs(consumer: AIOKafkaConsumer) -> PairIds:
+    while True:
+        batches = await consumer.getmany(timeout_ms=500, max_records=10_000)
+        values: list[dict[str, Any]] = [
+            json.loads(record.value) for records in batches.values() for record in records
+        ]
+        yield [value["a_id"] for value in values]
+
+
+async def run_quix_latency(
+    bootstrap: str, setup: Setup, offered: list[Level], seconds: float
 ) -> list[LatencyResult]:
-    results = []
-    first = 0
-    for load in loads:
-        rate = max_rate * load
-        sent = await offer(producer, topic, rate, seconds, first)
-        first += len(sent)
-        measured = list(sent.items())[int(len(sent) * WARM_UP / seconds) :]
-        deadline = time.monotonic() + DRAIN_SECONDS
-        while missing := [key for key, _ in measured if key not in seen]:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{len(missing)} pairs not visible, e.g. {missing[:3]}")
-            await asyncio.sleep(0.5)
-        ordered = sorted(seen[key] - at for key, at in measured)
-        results.append(
-            LatencyResult(
-                commit_interval,
-                load,
-                rate,
-                len(ordered),
-                percentile(ordered, 0.5),
-                percentile(ordered, 0.99),
-                ordered[-1],
-            )
+    """The Quix Streams app over all the levels, its input produced into as it runs."""
+    group = f"bench-quix-latency-{uuid.uuid4().hex[:8]}"
+    source, sink = f"{group}-input", f"{group}-pairs"
+    for topic in (source, sink):
+        await create_topic(bootstrap, topic)
+    app, log_path = start_app(bootstrap, source, sink, group, setup.commit_interval)
+    consumer = committed_reader(bootstrap, sink)
+    try:
+        await consumer.start()
+        results = await measure_levels(
+            bootstrap, source, quix_pairs(consumer), setup, offered, seconds
         )
+    except RuntimeError as exc:
+        raise RuntimeError(f"{exc}; see {log_path}") from exc
+    finally:
+        app.terminate()
+        app.wait()
+        await consumer.stop()
+    await delete_topics(bootstrap, group)
+    discard_run(state_dir(group))
     return results
 
 
@@ -162,20 +269,20 @@ def main(argv: list[str] | None = None) -> None:
     """One level on its own, for comparing two versions of the worker in turn."""
     parser = argparse.ArgumentParser(
         prog="python -m bench.latency",
-        description="Latency at one rate: one worker, a steady load, p50/p99/max from send"
-        " to visible (the suite's latency part at one level).",
+        description="Latency at one rate: one worker, a steady load, p50/p90/p99/max from"
+        " send to visible (the suite's latency part at one level).",
     )
     parser.add_argument("rate", type=float, help="events per second offered")
     parser.add_argument("--seconds", type=float, default=25.0, help="of load (default 25)")
-    parser.add_argument("--commit-interval", type=float, default=1.0)
+    parser.add_argument("--commit-interval", type=float, default=DEFAULT_COMMIT_INTERVAL)
     parser.add_argument("--bootstrap", required=True, help="a running broker")
     args = parser.parse_args(argv)
-    [level] = asyncio.run(
-        run_latency(args.bootstrap, args.commit_interval, args.rate, [1.0], args.seconds)
-    )
+    setup = Setup("pairstream", args.commit_interval)
+    [result] = asyncio.run(run_latency(args.bootstrap, setup, [Level(args.rate)], args.seconds))
     print(
-        f"{level.events_per_second:,.0f} events/s offered, {level.pairs} pairs measured:"
-        f" p50 {level.p50:.3f} s, p99 {level.p99:.3f} s, max {level.max:.3f} s"
+        f"{args.rate:,.0f} events/s offered, {result.pairs} pairs measured:"
+        f" p50 {result.p50:.3f} s, p90 {result.p90:.3f} s, p99 {result.p99:.3f} s,"
+        f" max {result.max:.3f} s"
     )
 
 

@@ -13,7 +13,14 @@ from importlib.metadata import version
 
 from bench import profile
 from bench.ceiling import CeilingResult
-from bench.latency import SMOKE_LATENCY_BASIS, WARM_UP, LatencyResult
+from bench.latency import (
+    PAIRSTREAM_DEFAULT,
+    PAIRSTREAM_LOW_LATENCY,
+    QUIX,
+    SMOKE_LATENCY_BASIS,
+    WARM_UP,
+    LatencyResult,
+)
 from bench.measure import median
 from bench.pairstream import PairstreamResult
 from bench.quix import QUIXSTREAMS, QuixResult
@@ -49,6 +56,7 @@ class Results:
     restart: list[RestartResult] = field(default_factory=list)
     latency: list[LatencyResult] = field(default_factory=list)
     level_seconds: float = 0.0  # how long each latency level ran
+    latency_basis: float | None = None  # events/s the latency loads are shares of
     profiled: PairstreamResult | None = None  # one more run, under py-spy
     # Runs with and without transactions at the longest interval, alternating.
     transaction_pairs: list[tuple[PairstreamResult, PairstreamResult]] = field(default_factory=list)
@@ -185,6 +193,38 @@ def rules_only_section(run: RulesOnlyResult) -> list[str]:
     )  # fmt: skip
 
 
+def latency_section(
+    measured: list[LatencyResult], basis: float | None, level_seconds: float
+) -> list[str]:
+    """The apps side by side at each level, lowest rate first."""
+    low = ", ".join(f"`{name}={value}`" for name, value in PAIRSTREAM_LOW_LATENCY.env.items())
+    return section(
+        "Latency under load",
+        "Each app on empty topics, its input produced into as it runs: A/B partners at fixed"
+        f" rates and at shares of {rate(basis or math.nan)} events/s (in a full run, the median"
+        " first-to-last rate above at the worker's default commit interval, else the"
+        f" longest), each level for {level_seconds:g} s, the first {WARM_UP:g} s left out; one"
+        " process of each app over all the levels, lowest rate first. Latency: from the send"
+        " of a pair's second event to the pair visible to a read_committed consumer"
+        " (`bench/latency.py`)."
+        f" {PAIRSTREAM_DEFAULT.app}: the worker's defaults (commit interval"
+        f" {PAIRSTREAM_DEFAULT.commit_interval:g} s); {PAIRSTREAM_LOW_LATENCY.app}:"
+        f" commit interval {PAIRSTREAM_LOW_LATENCY.commit_interval:g} s, {low}, the rest"
+        f" defaults; {QUIX.app}: the peer below at commit interval {QUIX.commit_interval:g} s,"
+        " the rest its own defaults.",
+        ["level", "events/s offered", "app", "commit interval (s)", "pairs", "p50 (s)",
+         "p90 (s)", "p99 (s)", "max (s)"],
+        [[level_name(r), f"{r.level.rate:,.0f}", r.app, f"{r.commit_interval:g}",
+          f"{r.pairs:,}", f"{r.p50:.3f}", f"{r.p90:.3f}", f"{r.p99:.3f}", f"{r.max:.3f}"]
+         for r in sorted(measured, key=lambda r: r.level.rate)],
+    )  # fmt: skip
+
+
+def level_name(result: LatencyResult) -> str:
+    load = result.level.load
+    return f"{result.level.rate:,.0f}/s" if load is None else f"{load:.0%}"
+
+
 def render(command: str, events: int, results: Results, ceiling_commit_interval: float) -> str:
     lines = [
         "# Benchmarks",
@@ -230,18 +270,7 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
         lines += transactions_section(results.transaction_pairs)
     if results.profiled is not None and results.profiled.profile is not None:
         lines += profile_section(results.profiled, results.profiled.profile)
-    lines += section(
-        "Latency under load",
-        "One worker on empty topics; A/B partners produced at a share of the median first-to-last"
-        f" rate above (the longest commit interval), each level for {results.level_seconds:g} s,"
-        f" the first {WARM_UP:g} s left out. Latency: from the send of a pair's second event"
-        " to the pair visible to a read_committed consumer (`bench/latency.py`).",
-        ["commit interval (s)", "load", "events/s offered", "pairs", "p50 (s)", "p99 (s)",
-         "max (s)"],
-        [[f"{r.commit_interval:g}", f"{r.load:.0%}", f"{r.events_per_second:,.0f}",
-          f"{r.pairs:,}", f"{r.p50:.3f}", f"{r.p99:.3f}", f"{r.max:.3f}"]
-         for r in results.latency],
-    )  # fmt: skip
+    lines += latency_section(results.latency, results.latency_basis, results.level_seconds)
     lines += section(
         "Two workers against one",
         "Workers of one app started at once over the same pre-produced input, the longest"

@@ -82,10 +82,20 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     assert all(cell == "-" or number(cell) > 0 for cell in (with_rate, without_rate))
     assert cost == "-" if "-" in (with_rate, without_rate) else number(cost.rstrip("x")) > 0
     assert costs[1][1:6:2] == costs[0][1:6:2] == [with_rate, without_rate, cost]  # one pair
-    [latency] = table_rows(report, "Latency under load")
-    assert latency[1] == "50%"
-    pairs, p50, p99, worst = (number(cell) for cell in latency[3:])
-    assert pairs > 0 and 0 < p50 <= p99 <= worst
+    latency = table_rows(report, "Latency under load")
+    # Each app at each level (50% of the smoke basis, then a fixed 1,000/s), side by side.
+    apps = [
+        ["pairstream default", "0.5"],
+        ["pairstream low latency", "0.1"],
+        ["Quix Streams", "0.5"],
+    ]
+    assert [row[:4] for row in latency] == [
+        *(["50%", "500", *app] for app in apps),
+        *(["1,000/s", "1,000", *app] for app in apps),
+    ]
+    for row in latency:
+        pairs, p50, p90, p99, worst = (number(cell) for cell in row[4:])
+        assert pairs > 0 and 0 < p50 <= p90 <= p99 <= worst
     [workers] = table_rows(report, "Two workers against one")
     assert workers[:2] == ["2", "1"]
     # 3,000 events at 1 s commits: all committed at once, no steady rate to read.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.latency import LatencyResult
+from bench.latency import LatencyResult, Level, levels
 from bench.measure import Samples, median
 from bench.pairstream import PairstreamResult, discard_run, worker_run
 from bench.profile import Profile
@@ -17,6 +17,7 @@ from bench.quix import QuixResult
 from bench.report import (
     Results,
     comparison_section,
+    latency_section,
     profile_section,
     run_numbers,
     transactions_section,
@@ -47,13 +48,14 @@ def test_no_rate_without_a_sample_before_the_marks() -> None:
 
 def test_parts_run_apart_come_together_in_one_report() -> None:
     # A smoke run measures each part in a process of its own (bench/__main__.py).
-    low = LatencyResult(1.0, 0.25, 100.0, 10, 0.5, 0.9, 1.0)
-    high = LatencyResult(1.0, 0.75, 300.0, 30, 0.6, 1.0, 1.2)
+    low = LatencyResult("pairstream default", 0.5, Level(100.0, 0.25), 10, 0.5, 0.8, 0.9, 1.0)
+    high = LatencyResult("pairstream default", 0.5, Level(300.0, 0.75), 30, 0.6, 0.9, 1.0, 1.2)
     restart = RestartResult(3_000, 5.0, 90.0, 2.0, 3.0, 4.0, 5.0, 6.0)
     results = Results(level_seconds=8.0)
-    results.add(Results(level_seconds=8.0, latency=[low, high]))
+    results.add(Results(level_seconds=8.0, latency=[low, high], latency_basis=400.0))
     results.add(Results(level_seconds=8.0, restart=[restart]))
     assert results.latency == [low, high]
+    assert results.latency_basis == 400.0
     assert results.restart == [restart]
     assert results.level_seconds == 8.0
 
@@ -152,3 +154,44 @@ def test_a_runs_own_settings_are_not_left_to_the_runs_after_it(
     assert "PAIRSTREAM_BENCH_WITHOUT_TRANSACTIONS" not in os.environ
     assert after.conf.commit_interval_seconds == 0.5
     assert not after.conf.bench_without_transactions
+
+
+def test_latency_levels_are_fixed_rates_and_shares_of_the_maximum_by_rate() -> None:
+    assert levels(20_000.0, [1_000.0, 10_000.0], [0.25, 0.5, 0.75]) == [
+        Level(1_000.0),
+        Level(5_000.0, 0.25),
+        Level(10_000.0),
+        Level(10_000.0, 0.5),
+        Level(15_000.0, 0.75),
+    ]
+
+
+def test_the_latency_table_has_each_app_beside_the_others_at_each_level() -> None:
+    def run(app: str, interval: float, level: Level, p99: float) -> LatencyResult:
+        return LatencyResult(app, interval, level, 10, 0.25, 0.5, p99, 2.0)
+
+    low, high = Level(1_000.0), Level(7_500.0, 0.75)
+    measured = [  # as the part runs them: one app over all its levels at a time
+        run("pairstream default", 0.5, low, 0.6),
+        run("pairstream default", 0.5, high, 0.9),
+        run("pairstream low latency", 0.1, low, 0.2),
+        run("pairstream low latency", 0.1, high, 0.4),
+        run("Quix Streams", 0.5, low, 0.7),
+        run("Quix Streams", 0.5, high, 1.5),
+    ]
+    lines = latency_section(measured, 10_000.0, 30.0)
+    text = "\n".join(lines)
+    assert "shares of 10,000 events/s" in text
+    assert "commit interval 0.1 s, `PAIRSTREAM_FETCH_MIN_BYTES=1`" in text
+    assert lines[-8] == (
+        "| level | events/s offered | app | commit interval (s) | pairs | p50 (s) | p90 (s)"
+        " | p99 (s) | max (s) |"
+    )
+    assert lines[-6:] == [
+        "| 1,000/s | 1,000 | pairstream default | 0.5 | 10 | 0.250 | 0.500 | 0.600 | 2.000 |",
+        "| 1,000/s | 1,000 | pairstream low latency | 0.1 | 10 | 0.250 | 0.500 | 0.200 | 2.000 |",
+        "| 1,000/s | 1,000 | Quix Streams | 0.5 | 10 | 0.250 | 0.500 | 0.700 | 2.000 |",
+        "| 75% | 7,500 | pairstream default | 0.5 | 10 | 0.250 | 0.500 | 0.900 | 2.000 |",
+        "| 75% | 7,500 | pairstream low latency | 0.1 | 10 | 0.250 | 0.500 | 0.400 | 2.000 |",
+        "| 75% | 7,500 | Quix Streams | 0.5 | 10 | 0.250 | 0.500 | 1.500 | 2.000 |",
+    ]
