@@ -11,9 +11,10 @@ from typing import Any
 import faust
 from faust.tables import TableManager
 from mode import ServiceT
+from mode.utils.objects import cached_property
 
 from app.exactly_once import internals
-from app.exactly_once.flow_queue import RebalanceSafeQueue
+from app.exactly_once.flow_queue import RebalanceSafeQueue, ResumeKeepsFetchedFlowControl
 from app.exactly_once.input_partitions import PROGRESS_TABLE, InputSize, size_at_start
 from app.exactly_once.partition_tasks import PartitionTasks
 from app.exactly_once.transport import ExactlyOnceTransport
@@ -37,6 +38,10 @@ class PairstreamApp(faust.App):
 
     def _new_producer_transport(self) -> Any:
         return ExactlyOnceTransport(self.conf.broker_producer, self)
+
+    @cached_property
+    def flow_control(self) -> ResumeKeepsFetchedFlowControl:
+        return ResumeKeepsFetchedFlowControl(loop=self.loop)
 
     def FlowControlQueue(
         self, maxsize: int | None = None, *, clear_on_resume: bool = False

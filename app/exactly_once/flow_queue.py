@@ -43,3 +43,21 @@ class RebalanceSafeQueue(ThrowableQueue[T]):
             )
             return
         await super().put(value)  # its own wait for the flow returns at once now
+
+
+class ResumeKeepsFetchedFlowControl(FlowControlEvent):
+    """faust's flow control, whose resume clears the buffers only when it ends a
+    suspension.
+
+    mode's `resume` clears every managed buffer each time it is called, and faust's
+    recovery calls it again while the flow runs: when the standbys start, and when
+    recovery completes. Changelog records fetched for a standby in between were
+    thrown away with aiokafka's position past them: the standby kept a hole and
+    persisted an offset saying it had everything (docs/exactly-once.md, 30). A
+    rebalance still clears the buffers: it suspends the flow, and the resume that
+    ends the suspension clears them."""
+
+    def resume(self) -> None:
+        if self.is_active():
+            return
+        super().resume()

@@ -42,7 +42,7 @@ from mode.utils.queues import FlowControlEvent, ThrowableQueue
 from app.exactly_once import commit, internals
 from app.exactly_once.application import PairstreamApp, PairstreamTableManager
 from app.exactly_once.consumer import ExactlyOnceConsumer, ExactlyOnceConsumerThread
-from app.exactly_once.flow_queue import RebalanceSafeQueue
+from app.exactly_once.flow_queue import RebalanceSafeQueue, ResumeKeepsFetchedFlowControl
 from app.exactly_once.input_partitions import InputSizedAssignor
 from app.exactly_once.outbox import transactional_id
 from app.exactly_once.transport import ConcurrentTransactionManager, ExactlyOnceProducer
@@ -63,6 +63,7 @@ OURS: list[type] = [
     PairstreamApp,
     PairstreamTableManager,
     PairstreamWorker,
+    ResumeKeepsFetchedFlowControl,
 ]
 
 
@@ -730,6 +731,35 @@ async def test_a_put_left_waiting_by_a_rebalance_is_dropped() -> None:
 def test_the_app_s_fetch_buffers_drop_puts_left_waiting_by_a_rebalance() -> None:
     assert type(app.FlowControlQueue(maxsize=4, clear_on_resume=True)) is RebalanceSafeQueue
     assert type(app.tables.changelog_queue) is RebalanceSafeQueue
+
+
+async def _kept_through_resumes(flow: FlowControlEvent) -> tuple[int, int]:
+    """A standby's buffer with 3 fetched records: how many it holds after a resume while
+    the flow runs (as faust's recovery calls it), then after a suspend and a resume."""
+    flow.resume()
+    queue: RebalanceSafeQueue[int] = RebalanceSafeQueue(flow_control=flow, clear_on_resume=True)
+    for offset in (5475, 5476, 5477):
+        await queue.put(offset)
+    flow.resume()
+    kept = queue.qsize()
+    flow.suspend()
+    flow.resume()
+    return kept, queue.qsize()
+
+
+async def test_mode_s_resume_clears_the_buffers_while_the_flow_runs() -> None:
+    # Why ResumeKeepsFetchedFlowControl exists (docs/exactly-once.md, 30).
+    assert await _kept_through_resumes(FlowControlEvent()) == (0, 0)
+
+
+async def test_our_resume_keeps_fetched_records_unless_it_ends_a_suspension() -> None:
+    assert await _kept_through_resumes(ResumeKeepsFetchedFlowControl()) == (3, 0)
+
+
+def test_the_app_s_buffers_are_managed_by_our_flow_control() -> None:
+    assert type(app.flow_control) is ResumeKeepsFetchedFlowControl
+    assert "flow_control" in faust.App.__dict__ and "flow_control" in PairstreamApp.__dict__
+    assert app.tables.changelog_queue.flow is app.flow_control
 
 
 def test_a_hold_is_released_by_the_record_after_a_sought_transaction_marker() -> None:

@@ -10,6 +10,7 @@ from faust.assignor import PartitionAssignor
 from faust.tables import TableManager
 from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from mode.utils.queues import FlowControlEvent
 
 from app.exactly_once.internals.consumer import *  # noqa: F403
 from app.exactly_once.internals.producer import *  # noqa: F403
@@ -64,5 +65,6 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
         "stop": ("self",),
     },
     TableManager: {"on_start": ("self",)},
+    FlowControlEvent: {"resume": ("self",)},
     PartitionAssignor: {"assign": ("self", "cluster", "member_metadata")},
 }
