@@ -14,8 +14,10 @@ from collections import Counter
 from pathlib import Path
 from typing import IO, Any
 
+import rocksdict
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
+from faust.stores.rocksdb import Store
 from faust.types import TP
 
 from app.kafka.access import worker_permissions
@@ -119,7 +121,11 @@ async def secured_pipeline(nodes: list[local_broker.Node], tmp: Path, **override
     return pipeline
 
 
-async def read_partitions(conf: Settings, topic: str) -> list[list[Record]]:
+# A committed record with its offset (transaction markers take offsets too).
+Logged = tuple[int, bytes | None, bytes | None]
+
+
+async def read_logged(conf: Settings, topic: str) -> list[list[Logged]]:
     """A topic as it is, with read_committed: each partition's records in order."""
     async with read_committed(conf) as consumer:
         await consumer._client.force_metadata_update()
@@ -128,13 +134,70 @@ async def read_partitions(conf: Settings, topic: str) -> list[list[Record]]:
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
         ends = await _end_offsets(consumer, partitions)
-        records: list[list[Record]] = []
+        records: list[list[Logged]] = []
         for tp in partitions:
             records.append([])
             while await consumer.position(tp) < ends[tp]:
                 batch = await consumer.getmany(tp, timeout_ms=1000)
-                records[-1].extend((m.key, m.value) for m in batch.get(tp, []))
+                records[-1].extend((m.offset, m.key, m.value) for m in batch.get(tp, []))
         return records
+
+
+async def read_partitions(conf: Settings, topic: str) -> list[list[Record]]:
+    return [[(k, v) for _, k, v in partition] for partition in await read_logged(conf, topic)]
+
+
+def state_up_to(records: list[Logged], last: int) -> dict[bytes, bytes]:
+    """A changelog partition's records up to offset `last`, applied in order."""
+    state: dict[bytes, bytes] = {}
+    for offset, key, value in records:
+        if offset > last:
+            break
+        assert key is not None
+        if value is None:
+            state.pop(key, None)
+        else:
+            state[key] = value
+    return state
+
+
+def read_local_partition(path: Path) -> tuple[dict[bytes, bytes], int | None]:
+    """A table partition's RocksDB as a stopped or killed worker left it, and faust's
+    persisted offset (the last changelog offset it holds)."""
+    db = rocksdict.Rdict(
+        str(path), rocksdict.Options(raw_mode=True), access_type=rocksdict.AccessType.read_only()
+    )
+    try:
+        entries = dict(db.items())
+    finally:
+        db.close()
+    persisted = entries.pop(Store.offset_key, None)
+    return entries, None if persisted is None else int(persisted)
+
+
+def local_state_off_the_changelog(
+    workers: list[Worker], table_name: str, changelog: list[list[Logged]]
+) -> list[str]:
+    """Each worker's local partitions of a table (active or standby) that do not hold
+    exactly the changelog up to the offset they say they have: a hole a restore or a
+    standby left would surface only after a promotion, if ever."""
+    found = []
+    for worker in workers:
+        for partition, records in enumerate(changelog):
+            for path in worker.data_dir.glob(f"**/*{table_name}-{partition}.db"):
+                local, persisted = read_local_partition(path)
+                if persisted is None:
+                    continue
+                want = state_up_to(records, persisted)
+                if local != want:
+                    differ = sum(local.get(k) != v for k, v in want.items()) + len(
+                        local.keys() - want.keys()
+                    )
+                    found.append(
+                        f"{worker.data_dir.name} {table_name}[{partition}] at offset {persisted}:"
+                        f" {differ} keys differ"
+                    )
+    return found
 
 
 async def table(pipeline: Pipeline, name: str) -> dict[str, bytes]:

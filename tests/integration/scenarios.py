@@ -21,7 +21,8 @@ from tests.integration.harness import (
     compare,
     expected_total,
     input_left_uncommitted,
-    read_partitions,
+    local_state_off_the_changelog,
+    read_logged,
     stop_workers,
     wait_for_outputs,
 )
@@ -142,9 +143,11 @@ async def run_scenario(
     report.problems.update(compare(outputs, expected))
     if uncommitted:
         report.problems["input_uncommitted"] = uncommitted
-    changelog = await read_partitions(
-        pipeline.conf, f"{pipeline.conf.app_id}-pairing-state-changelog"
-    )
+    logged = await read_logged(pipeline.conf, f"{pipeline.conf.app_id}-pairing-state-changelog")
+    off = local_state_off_the_changelog(world.workers, "pairing-state", logged)
+    if off:
+        report.problems["local_state_off_the_changelog"] = off
+    changelog = [[(key, value) for _, key, value in partition] for partition in logged]
     pending = pending_in(changelog)
     if pending != expected.pending:
         report.problems["pending"] = {

@@ -13,11 +13,9 @@ import zlib
 from pathlib import Path
 
 import pytest
-import rocksdict
-from aiokafka import AIOKafkaProducer, TopicPartition
-from faust.stores.rocksdb import Store
+from aiokafka import AIOKafkaProducer
 
-from app.kafka.admin import admin_client, read_committed
+from app.kafka.admin import admin_client
 from pairing.events import Event, EventType, parse_event
 from pairing.records import (
     TICK,
@@ -36,7 +34,10 @@ from tests.integration.harness import (
     expected_total,
     finish,
     input_left_uncommitted,
+    read_local_partition,
+    read_logged,
     read_partitions,
+    state_up_to,
     stop_workers,
     wait_for_outputs,
 )
@@ -450,12 +451,14 @@ async def test_after_a_kill_local_state_is_the_committed_changelog(
             await wait_for_outputs(reader, 1500, timeout=180)
             worker.kill()
             await producing
-        changelog = f"{pipeline.conf.app_id}-pairing-state-changelog"
+        changelog = await read_logged(
+            pipeline.conf, f"{pipeline.conf.app_id}-pairing-state-changelog"
+        )
         for partition in range(pipeline.conf.partitions):
             [path] = worker.data_dir.glob(f"**/*pairing-state-{partition}.db")
             local, persisted = read_local_partition(path)
             assert persisted is not None, f"partition {partition}: nothing committed to it"
-            assert local == await changelog_state(pipeline, changelog, partition, persisted)
+            assert local == state_up_to(changelog[partition], persisted)
         worker.start()
         await worker.wait_ready()
         # It did not wait for its predecessor's session to time out
@@ -466,40 +469,6 @@ async def test_after_a_kill_local_state_is_the_committed_changelog(
     finally:
         worker.kill()
     assert compare(outputs, expected) == {}
-
-
-def read_local_partition(path: Path) -> tuple[dict[bytes, bytes], int | None]:
-    """A partition's RocksDB as the killed worker left it, and faust's persisted offset."""
-    db = rocksdict.Rdict(
-        str(path), rocksdict.Options(raw_mode=True), access_type=rocksdict.AccessType.read_only()
-    )
-    try:
-        entries = dict(db.items())
-    finally:
-        db.close()
-    persisted = entries.pop(Store.offset_key, None)
-    return entries, None if persisted is None else int(persisted)
-
-
-async def changelog_state(
-    pipeline: Pipeline, topic: str, partition: int, last: int
-) -> dict[bytes, bytes]:
-    """A changelog partition's committed records up to offset `last`, applied in order."""
-    state: dict[bytes, bytes] = {}
-    tp = TopicPartition(topic, partition)
-    async with read_committed(pipeline.conf) as consumer:
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        while await consumer.position(tp) <= last:
-            batch = await consumer.getmany(tp, timeout_ms=1000)
-            for message in batch.get(tp, []):
-                if message.offset > last:
-                    break
-                if message.value is None:
-                    state.pop(message.key, None)
-                else:
-                    state[message.key] = message.value
-    return state
 
 
 async def test_a_worker_given_inputs_without_their_changelogs_stops(
