@@ -143,15 +143,19 @@ async def read_logged(conf: Settings, topic: str) -> list[list[Logged]]:
         return records
 
 
+def without_offsets(logged: list[list[Logged]]) -> list[list[Record]]:
+    return [[(key, value) for _, key, value in partition] for partition in logged]
+
+
 async def read_partitions(conf: Settings, topic: str) -> list[list[Record]]:
-    return [[(k, v) for _, k, v in partition] for partition in await read_logged(conf, topic)]
+    return without_offsets(await read_logged(conf, topic))
 
 
-def state_up_to(records: list[Logged], last: int) -> dict[bytes, bytes]:
-    """A changelog partition's records up to offset `last`, applied in order."""
+def state_up_to(records: list[Logged], last: int | None = None) -> dict[bytes, bytes]:
+    """A changelog partition's records up to offset `last` (None: all), applied in order."""
     state: dict[bytes, bytes] = {}
     for offset, key, value in records:
-        if offset > last:
+        if last is not None and offset > last:
             break
         assert key is not None
         if value is None:
@@ -203,15 +207,8 @@ def local_state_off_the_changelog(
 async def table(pipeline: Pipeline, name: str) -> dict[str, bytes]:
     """A table as its changelog holds it: the last value of each key."""
     rows: dict[str, bytes] = {}
-    for partition in await read_partitions(
-        pipeline.conf, f"{pipeline.conf.app_id}-{name}-changelog"
-    ):
-        for key, value in partition:
-            assert key is not None
-            if value is None:
-                rows.pop(key.decode(), None)
-            else:
-                rows[key.decode()] = value
+    for partition in await read_logged(pipeline.conf, f"{pipeline.conf.app_id}-{name}-changelog"):
+        rows.update((key.decode(), value) for key, value in state_up_to(partition).items())
     return rows
 
 

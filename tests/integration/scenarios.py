@@ -25,6 +25,7 @@ from tests.integration.harness import (
     read_logged,
     stop_workers,
     wait_for_outputs,
+    without_offsets,
 )
 from tools.generate import Record
 from tools.read_outputs import OutputReader
@@ -147,7 +148,7 @@ async def run_scenario(
     off = local_state_off_the_changelog(world.workers, "pairing-state", logged)
     if off:
         report.problems["local_state_off_the_changelog"] = off
-    changelog = [[(key, value) for _, key, value in partition] for partition in logged]
+    changelog = without_offsets(logged)
     pending = pending_in(changelog)
     if pending != expected.pending:
         report.problems["pending"] = {
