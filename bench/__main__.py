@@ -29,7 +29,7 @@ from bench.latency import (
 )
 from bench.measure import median
 from bench.pairstream import run_worker
-from bench.quix import run_quix
+from bench.quix import python, run_quix
 from bench.report import Results, render
 from bench.restart import run_restart
 from bench.rules_only import run_rules_only
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     loads = [0.5] if args.smoke else [0.25, 0.5, 0.75]
     # A smoke run's levels are small: its parts run side by side on a loaded machine.
     latency_rates = [1_000.0] if args.smoke else [1_000.0, 10_000.0]
-    level_seconds = 8.0 if args.smoke else 30.0
+    level_seconds = 5.0 if args.smoke else 30.0
     repeats = 1 if args.smoke else 3  # runs to take a median of, where runs spread
     if args.bootstrap is None:
         nodes = broker.cluster(1, 9092)
@@ -246,6 +246,7 @@ def main(argv: list[str] | None = None) -> None:
         120 if args.smoke else 3600,
         args.profile,
     )
+    python()  # the Quix Streams app's venv, made before any part's clients start
     results = measure(plan, side_by_side=args.smoke)
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
     # What was written by hand below the marker (the reading of the figures) stays.

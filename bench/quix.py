@@ -47,8 +47,9 @@ class QuixResult:
 
 
 def python() -> Path:
-    """The venv's Python, the venv made on first use, under a lock: a smoke run's parts,
-    side by side, both run the app."""
+    """The venv's Python, the venv made on first use, under a lock (two runs of the
+    suite may start at once). Making it takes minutes and blocks: call it before any
+    Kafka client starts, or their requests time out meanwhile."""
     interpreter = VENV / "bin" / "python"
     VENV.parent.mkdir(parents=True, exist_ok=True)
     with (VENV.parent / "quix-venv.lock").open("w") as lock:
