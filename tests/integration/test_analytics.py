@@ -306,7 +306,7 @@ async def write(conf: Settings, records: list[tuple[str, bytes]], partition: int
 
 
 @pytest.mark.asyncio(loop_scope="module")
-async def test_reconciliation_is_clean_then_reports_exactly_the_injected_faults(
+async def test_reconciliation_is_clean_then_a_cluster_run_reports_exactly_the_injected_faults(
     spark: SparkSession, broker: str, tmp_path: Path
 ) -> None:
     pipeline = await processed_pipeline(broker, tmp_path)
@@ -329,19 +329,23 @@ async def test_reconciliation_is_clean_then_reports_exactly_the_injected_faults(
     last = await write(conf, [(conf.events_topic, raw) for raw in INPUTS], 0)
     await commit_group_offset(conf, TopicPartition(conf.events_topic, 0), last + 1)
 
-    await asyncio.to_thread(ingest, spark, conf)
-    # The faulty run is the CLI's: it must exit 1, and record the same verdict as the
-    # function would return (reconciling in the tests' session too took another 30 s).
-    env = {**os.environ, **pipeline.env_vars, "PAIRSTREAM_LAKE_DIR": str(conf.lake_dir)}
-    cli = subprocess.run(
-        [sys.executable, "-m", "analytics", "reconcile", "--master", "local[1]"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert cli.returncode == 1, cli.stdout[-2000:] + cli.stderr[-2000:]
+    # The faulty run is the CLI's, every job on a standalone cluster: it must exit 1,
+    # and record the same verdict as the function would return.
+    run = tmp_path / "spark"
+    master = await asyncio.to_thread(spark_cluster.start, free_port(), run)
+    try:
+        env = {**os.environ, **pipeline.env_vars, "PAIRSTREAM_LAKE_DIR": str(conf.lake_dir)}
+        cli = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "analytics", "all", "--master", master],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+    finally:
+        spark_cluster.stop(run)
+    assert cli.returncode == 1, cli.stdout[-3000:] + cli.stderr[-3000:]
     assert "DISCREPANCIES FOUND" in cli.stdout
+    # The executors ran on the standalone worker, not in the driver.
+    assert list((run / "work").glob("app-*")), "no application ran on the worker"
     runs = spark.read.format("delta").load(Lake.of(conf).gold("reconciliation_runs")).collect()
     assert sorted(row.ok for row in runs) == [False, True]
     found = next(row for row in runs if not row.ok).asDict()
@@ -375,26 +379,6 @@ async def commit_group_offset(conf: Settings, tp: TopicPartition, offset: int) -
         await consumer.commit({tp: offset})
     finally:
         await consumer.stop()
-
-
-@pytest.mark.asyncio(loop_scope="module")
-async def test_jobs_run_on_a_spark_standalone_cluster(pipeline: Pipeline, tmp_path: Path) -> None:
-    port = free_port()
-    run = tmp_path / "spark"
-    master = await asyncio.to_thread(spark_cluster.start, port, run)
-    try:
-        env = {**os.environ, **pipeline.env_vars, "PAIRSTREAM_LAKE_DIR": str(tmp_path / "lake")}
-        job = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "-m", "analytics", "all", "--master", master],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-    finally:
-        spark_cluster.stop(run)
-    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
-    assert "reconciliation: OK" in job.stdout
-    # The executors ran on the standalone worker, not in the driver.
-    assert list((run / "work").glob("app-*")), "no application ran on the worker"
 
 
 @pytest.mark.asyncio(loop_scope="module")
