@@ -206,7 +206,9 @@ async def test_a_send_to_a_new_topic_keeps_the_batches_of_the_others_going(
     # another topic loses its leader, and a flush (a commit's) never ends. Should
     # aiokafka fix it, the first case fails, and internals.track_known_topics can go.
     known = await new_topic(broker, "known")
-    producer = AIOKafkaProducer(bootstrap_servers=broker, linger_ms=3000)
+    # A batch with no leader fails after the request timeout (from its creation): the
+    # hung flush is given up at 10 s, and stop() waits for that failure.
+    producer = AIOKafkaProducer(bootstrap_servers=broker, linger_ms=3000, request_timeout_ms=20_000)
     if tracked:
         internals.track_known_topics(producer)
     await producer.start()
