@@ -76,7 +76,7 @@ class ExactlyOnceConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         # Only faust's recovery asks, how far to restore: the broker's last stable offset, and one
         # past the last committed record rather than a commit marker never delivered
-        # (docs/exactly-once.md, 8).
+        # (docs/faust-gaps.md, 8).
         client = internals.client_consumer(self)
         ends: Mapping[TP, int] = await client.end_offsets(partitions)
         last = await last_committed_records(settings(), ends)
@@ -102,7 +102,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
 
     async def _getmany(self, active_partitions: set[TP] | None, timeout: float) -> Any:
         # A copy of the active set: emptied by a pause mid-fetch, aiokafka read it as "all" and
-        # standbys lost records (docs/exactly-once.md, 21). Waits no longer than a broker fetch.
+        # standbys lost records (docs/faust-gaps.md, 21). Waits no longer than a broker fetch.
         timeout = min(timeout, settings().fetch_max_wait_seconds)
         if active_partitions is None:
             fetched = await super()._getmany(None, timeout)
@@ -172,7 +172,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
     @Service.task
     async def _stall_watchdog(self) -> None:
         # A step or commit past the transaction timeout has had its transaction aborted, and holds
-        # its partition for ever: crash, and restart (docs/exactly-once.md, 25).
+        # its partition for ever: crash, and restart (docs/faust-gaps.md, 25).
         limit = settings().transaction_timeout_seconds
         while not self.should_stop:
             await asyncio.sleep(min(5.0, limit / 4))  # stop cancels it
@@ -219,7 +219,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         except IllegalOperation as exc:
             # faust's second commit on stop can find offsets of a transaction already
             # ended. No record was sent for them; left uncommitted, they are read again
-            # (docs/exactly-once.md, 12).
+            # (docs/faust-gaps.md, 12).
             log.warning("on stop, offsets left uncommitted: %s", exc)
 
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
@@ -240,7 +240,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
 
     async def _retire_transaction_producers(self, revoked: set[TP]) -> None:
         # A producer kept for a partition that comes back was fenced meanwhile by its other owner:
-        # everything acked is committed, so start afresh (docs/exactly-once.md, 15).
+        # everything acked is committed, so start afresh (docs/faust-gaps.md, 15).
         for tid in sorted({transactional_id(self.app, tp) for tp in revoked}):
             await self.app.producer.stop_transaction(tid)
 
@@ -257,7 +257,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
 
     async def position(self, tp: TP) -> int | None:
         # Only faust's recovery asks, to take a restore as complete: not while committed records
-        # after the last one applied exist; fetch those again (docs/exactly-once.md, 27).
+        # after the last one applied exist; fetch those again (docs/faust-gaps.md, 27).
         position: int | None = await super().position(tp)
         applied, highwater = internals.restore_offsets(cast(Any, self.app.tables).recovery, tp)
         if position is None or applied is None or highwater is None or position < highwater:
@@ -275,7 +275,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
 
     def resume_partitions(self, tps: Iterable[TP]) -> None:
         # Stream partitions resume only when the flow resumes after the seek to the committed
-        # offsets: records fetched in between were dropped for good (docs/exactly-once.md, 14).
+        # offsets: records fetched in between were dropped for good (docs/faust-gaps.md, 14).
         tps = set(tps)
         streams = {tp for tp in tps if not internals.is_changelog(self, tp)}
         self._resume_after_seek.update(streams)
@@ -294,7 +294,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         for tp in assignment:
             committed = internals.committed_offset(self, tp)
             if not committed and not internals.is_changelog(self, tp):
-                # aiokafka seeks only partitions committed above 0 (docs/exactly-once.md, 18).
+                # aiokafka seeks only partitions committed above 0 (docs/faust-gaps.md, 18).
                 await self.seek(tp, 0)
             task = self.tasks.get(tp)
             if task is not None:
@@ -315,7 +315,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
 
     def _new_offset(self, tp: TP) -> int | None:
         # Where processing has reached in offset order (offset_order.py); faust's acks and gaps
-        # went wrong three ways (docs/exactly-once.md, 13, 14 and 19).
+        # went wrong three ways (docs/faust-gaps.md, 13, 14 and 19).
         task = self.tasks.get(tp)
         # (Never with steps held: their records are in no transaction yet.)
         reached = task.offsets.next if task is not None and not task.broken else None

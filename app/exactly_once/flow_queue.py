@@ -53,7 +53,7 @@ class ResumeKeepsFetchedFlowControl(FlowControlEvent):
     recovery calls it again while the flow runs: when the standbys start, and when
     recovery completes. Changelog records fetched for a standby in between were
     thrown away with aiokafka's position past them: the standby kept a hole and
-    persisted an offset saying it had everything (docs/exactly-once.md, 30). A
+    persisted an offset saying it had everything (docs/faust-gaps.md, 30). A
     rebalance still clears the buffers: it suspends the flow, and the resume that
     ends the suspension clears them."""
 

@@ -83,7 +83,7 @@ class ConcurrentTransactionManager(TransactionManager):
 
     def _crash_when_producer_tasks_fail(self, tid: str) -> None:
         # A producer's sender or metadata routine that dies leaves its transaction's commit waiting
-        # for ever: crash instead, and the restart aborts it (docs/exactly-once.md, 24 and 25).
+        # for ever: crash instead, and the restart aborts it (docs/faust-gaps.md, 24 and 25).
         found = internals.transaction_producer(tid)
         if found is None:
             return

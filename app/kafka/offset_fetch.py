@@ -3,7 +3,7 @@ send (it stops at version 3): the broker then answers UNSTABLE_OFFSET_COMMIT for
 partition whose transaction has committed but whose offsets are not visible yet (its
 markers still being written), instead of the offsets committed before it. A look-up in
 that window read offsets one transaction old, and the records after them were processed
-again (docs/exactly-once.md, 23). Schemas: Kafka's OffsetFetchRequest.json and
+again (docs/faust-gaps.md, 23). Schemas: Kafka's OffsetFetchRequest.json and
 OffsetFetchResponse.json, version 7 (flexible)."""
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class StableOffsetFetchRequest(Request[OffsetFetchRequest_v7]):  # type: ignore[
 def as_version_3(response: OffsetFetchResponse_v7) -> Any:
     """The answer as the version-3 response aiokafka's group coordinator reads; raises
     the group-level error (aiokafka reads only the partitions' errors;
-    docs/exactly-once.md, 22), and
+    docs/faust-gaps.md, 22), and
     UnstableOffsetCommitError, which aiokafka retries as it retries a coordinator
     still loading, if any partition's offsets are not visible yet."""
     if response.error_code:

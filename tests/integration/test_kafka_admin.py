@@ -144,7 +144,7 @@ async def test_removing_a_dead_member_lets_the_group_rebalance_at_once(broker: s
 async def test_committed_offsets_are_read_right_after_a_broker_restart(broker: str) -> None:
     """A restarted broker answers a look-up of committed offsets with a group-level error
     and no partitions while its group coordinator loads; aiokafka alone took that for
-    "nothing committed" (docs/exactly-once.md, point 22). The worker's consumer waits it
+    "nothing committed" (docs/faust-gaps.md, point 22). The worker's consumer waits it
     out (`internals.check_offset_fetch_errors`); a plain one, asking at the same time,
     shows whether the look-ups fell in that window at all."""
     topic = await new_topic(broker, "committed")
@@ -181,7 +181,7 @@ async def test_committed_offsets_are_read_right_after_a_broker_restart(broker: s
     # visible are written after it. Killed before them, the broker completes the commit
     # only some time after its restart: a look-up at version 3 then reads the offsets of
     # the transaction before (190-193 in a make test run), ours waits for the markers
-    # (require_stable, docs/exactly-once.md point 23).
+    # (require_stable, docs/faust-gaps.md, point 23).
     nodes = broker_nodes()
     local_broker.stop(nodes, hard=True)
     # The look-ups start while the broker starts, and go out as soon as it takes

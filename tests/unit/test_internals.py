@@ -748,7 +748,7 @@ async def _kept_through_resumes(flow: FlowControlEvent) -> tuple[int, int]:
 
 
 async def test_mode_s_resume_clears_the_buffers_while_the_flow_runs() -> None:
-    # Why ResumeKeepsFetchedFlowControl exists (docs/exactly-once.md, 30).
+    # Why ResumeKeepsFetchedFlowControl exists (docs/faust-gaps.md, 30).
     assert await _kept_through_resumes(FlowControlEvent()) == (0, 0)
 
 

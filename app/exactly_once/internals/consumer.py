@@ -155,10 +155,10 @@ def stable_offset_look_ups(consumer: AIOKafkaConsumer) -> None:
     `send`, which its group coordinator's look-ups go through, as an `OffsetFetchRequest`
     of its `_consumer_group` and `_partitions`) wait for what aiokafka did not:
 
-    * a transaction's offsets still being committed (docs/exactly-once.md, 23): sent
+    * a transaction's offsets still being committed (docs/faust-gaps.md, 23): sent
       as version 7 with `require_stable` (app/kafka/offset_fetch.py), retried while
       the broker answers UNSTABLE_OFFSET_COMMIT;
-    * a coordinator that cannot serve them yet (docs/exactly-once.md, 22): from
+    * a coordinator that cannot serve them yet (docs/faust-gaps.md, 22): from
       version 2 on, the broker answers with one error for the whole request and no
       partitions, which aiokafka took for "nothing committed". Raised, the error is
       retried as aiokafka retries the same error given per partition."""
