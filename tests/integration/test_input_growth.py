@@ -134,16 +134,10 @@ def largest_time_us(records: list[Record]) -> int:
 
 
 async def test_an_input_grown_from_4_to_8_partitions_while_it_flows_matches_the_model(
-    broker: str, tmp_path: Path
-) -> None:
-    pipeline = Pipeline(broker, tmp_path, PAIRSTREAM_EVENTS_PARTITIONS=str(BEFORE), **SETTINGS)
-    await grows_while_it_flows(await pipeline.create_topics())
-
-
-async def test_an_input_grows_on_the_secured_broker_with_the_worker_s_acls_only(
     secure_broker: list[local_broker.Node], tmp_path: Path
 ) -> None:
-    """The workers grow the source-progress changelog with the ACLs docs/deploy.md lists."""
+    """On the secured broker, so also: the workers grow the source-progress changelog
+    with the ACLs docs/deploy.md lists, and no more."""
     overrides = {"PAIRSTREAM_EVENTS_PARTITIONS": str(BEFORE), **SETTINGS}
     await grows_while_it_flows(await secured_pipeline(secure_broker, tmp_path, **overrides))
 
