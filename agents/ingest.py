@@ -54,10 +54,10 @@ def watermark_records(update: WatermarkUpdate) -> list[Record]:
 
 def tell_before_commit(task: PartitionTask) -> list[Record]:
     """Committed progress reaches the keyed partitions in the same transaction, at most
-    once per commit interval (ingest commits every handoff interval)."""
+    once per watermark interval."""
     source = task.loaded(SourceProgress)
     now = time.time()
-    if source is None or not source.tell_due(now, conf.commit_interval_seconds):
+    if source is None or not source.tell_due(now, conf.watermark_interval_seconds):
         return []
     update = source.announcement(task.tp.partition, app.input_size.count, now)
     return watermark_records(update)
@@ -95,7 +95,6 @@ STAGE = Stage(
     conf.events_topic,
     in_runs=True,
     before_commit=tell_before_commit,
-    hands_off_to=keyed_events.get_topic_name(),
     on_revoke=hold_handed_over_sources,
 )
 
@@ -174,7 +173,7 @@ async def tell_caught_up_partitions() -> None:
         now = time.time()
         source.look(now, LOOK_EVERY_SECONDS)
         goes_idle = source.goes_idle(now, conf.idle_timeout_seconds)
-        if not goes_idle and not source.tell_due(now, conf.commit_interval_seconds):
+        if not goes_idle and not source.tell_due(now, conf.watermark_interval_seconds):
             continue
         # Idle is the one claim here that can pass the records of others: where the
         # partition ends is asked of the broker before it is made.

@@ -7,7 +7,6 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from app.exactly_once.commit_schedule import lead
 from app.exactly_once.in_order import runs_once
 from app.exactly_once.outbox import Outbox
 from app.exactly_once.partition_tasks import PartitionTask
@@ -33,7 +32,6 @@ from pairing.rules import PairingPartition, PendingSummary
 from tables.pairing_state import PartitionState
 
 conf = settings()
-commit_lead = lead(conf.commit_interval_seconds, conf.handoff_interval_seconds)
 
 
 class KeyedPartition:
@@ -78,11 +76,6 @@ def pair_run(task: PartitionTask, records: RunRecords) -> None:
     engine = keyed_partition.engine
     # When the run's pairs were made: one clock read and format per run.
     paired_at = format_time(datetime.now(UTC))
-    # A run's outputs should be visible within a commit interval of its earliest
-    # input: by the input records' timestamps (when they were sent), and never later
-    # than by ingest's writing the run's first record.
-    earliest_ms = records[0].timestamp
-    produced = False
     controls = 0  # watermarks and ticks: events_in counts the rest, once a run
     for record in records.each():
         # Max wait's clock: when ingest (or the tick timer) wrote the record. On the
@@ -103,16 +96,10 @@ def pair_run(task: PartitionTask, records: RunRecords) -> None:
             outcomes = engine.expire_waiting(now)
         else:
             keyed = decode_keyed_event(value)
-            sent = keyed.source.timestamp_ms
-            if sent is not None and 0 <= sent < earliest_ms:
-                earliest_ms = sent
             outcomes = engine.process(keyed.event, keyed.progress_us, now)
         if outcomes:
-            produced = True
             publish(outcomes, keyed, outbox, paired_at)
     outbox.count("events_in", len(records) - controls)
-    if produced:
-        task.due_by(earliest_ms / 1000 + commit_lead)
 
 
 def publish(

@@ -90,21 +90,25 @@ class Settings(BaseSettings):
     )
 
     # Processing
-    commit_interval_seconds: float = Field(0.5, gt=0, description="how often a transaction commits")
-    handoff_interval_seconds: float = Field(
+    commit_interval_seconds: float = Field(
         0.05,
         gt=0,
-        description="how often ingest commits the re-keyed events it hands to pairing, which"
-        " reads only committed records: a pair is then visible about one commit interval"
-        " after its second event, not two; at or above commit_interval_seconds, ingest"
-        " commits with everything else",
+        description="the latency knob: a worker commits its one transaction as soon as the"
+        " one before has ended and this long has passed since it began; longer: fewer,"
+        " larger transactions (under a backlog they grow by themselves)",
+    )
+    watermark_interval_seconds: float = Field(
+        0.5,
+        gt=0,
+        description="how often each input partition's event-time progress reaches the keyed"
+        " partitions (a watermark record to each): unpaired and expired outcomes come up to"
+        " this much later than the progress that closes them",
     )
     max_run_records: int = Field(
         500,
         ge=1,
         description="most records of one partition that ingest and pairing process as one"
-        " run (one step, one hand-over through faust); a run holds the event loop while it"
-        " is processed",
+        " run (one step); a run holds the event loop while it is processed",
     )
     session_timeout_seconds: float = Field(
         10.0, gt=0, description="how soon the group notices a dead worker and rebalances"
@@ -119,16 +123,14 @@ class Settings(BaseSettings):
         0.1,
         gt=0,
         le=1.5,
-        description="how long a fetch of quiet partitions waits at the broker, and the worker"
-        " for its records; the broker answers a connection's requests in turn, so offset"
-        " look-ups during a rebalance or a restore wait behind it (faust uses 1.5 s)",
+        description="how long a fetch of quiet partitions waits at the broker; offset look-ups"
+        " of a rebalance or a restore wait behind it (faust uses 1.5 s)",
     )
     fetch_min_bytes: int = Field(
-        64 * 1024,
+        1,
         ge=1,
         description="how much a fetch gathers before the broker answers it (or"
-        " fetch_max_wait_seconds passed): under a trickle of input, fewer and larger fetches"
-        " and runs; 1 answers at the first record",
+        " fetch_max_wait_seconds passed); 1 answers at the first record",
     )
     metadata_refresh_seconds: float = Field(
         10.0,

@@ -1,5 +1,5 @@
-"""The commit of a set of partitions' transactions, in order. faust drives it (its
-periodic commit, a rebalance, a stop, a handoff); the overrides in consumer.py and
+"""The commit of the worker's transaction, in order. faust drives it (its periodic
+commit, a rebalance, a stop); the overrides in consumer.py and
 transport.py call the steps here. docs/exactly-once.md says why each step is needed.
 
 1. Take the partitions: each one's commit lock, then its step lock, so no step is
@@ -10,8 +10,9 @@ transport.py call the steps here. docs/exactly-once.md says why each step is nee
    progress) to the partition's transaction (`before_transactions_commit`).
 4. Let steps go on, held: what they make waits in their outbox for the next
    transaction (same function).
-5. Commit every partition's transaction together: offsets, then the end, under the
-   transaction timeout; a fenced or hung commit crashes the worker (`end_transactions`).
+5. Commit the worker's transaction, which carries every partition's: offsets, then the
+   end, under the transaction timeout; a fenced or hung commit crashes the worker
+   (`end_transactions`).
 6. Stop the held steps taking more, then, for the partitions whose offset moved:
    apply their table writes to RocksDB, count them, tell the commit listeners
    (`commit_partitions`).
@@ -25,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -33,9 +33,10 @@ from aiokafka.errors import ProducerFenced
 from faust.types import TP, AppT
 
 from app.exactly_once import internals
-from app.exactly_once.outbox import send_in_transaction, transactional_id
+from app.exactly_once.outbox import send_in_transaction, worker_transactional_id
 from app.exactly_once.outbox_sends import send_outbox
 from app.exactly_once.partition_tasks import PartitionTask, PartitionTasks
+from app.kafka.txn_offset_commit import NOT_A_CURRENT_MEMBER
 from app.settings import settings
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,11 @@ async def commit_partitions(
     tps: list[TP],
     commit: Callable[[list[TP]], Awaitable[bool]],
 ) -> bool:
-    """Steps 1, 6 and 7 around faust's `commit` of `tps` (steps 2-5)."""
+    """Steps 1, 6 and 7 around faust's `commit` of `tps` (steps 2-5), and of every other
+    partition of the worker: their records are in the same transaction, and a step of one
+    left out could add records to it that the offsets it commits do not cover."""
     tasks: PartitionTasks = consumer.tasks
+    tps = sorted({*tps, *(task.tp for task in tasks)})
     async with tasks.committing(tps) as committing:
         before = {tp: internals.committed_offset(consumer, tp) for tp in tps}
         try:
@@ -59,9 +63,6 @@ async def commit_partitions(
         held = [task for task in committing if task.committing]
         await tasks.stop_steps(held)
         if result:
-            for task in committing:
-                if task not in held:  # else cleared when let go; held steps wish anew
-                    task.commit_due = None
             moved = [tp for tp in tps if internals.committed_offset(consumer, tp) != before[tp]]
             # Before the held writes are sent: they are in no committed transaction.
             tasks.local_state.committed(set(moved))
@@ -94,26 +95,26 @@ async def before_transactions_commit(
         if records:
             await send_in_transaction(app, tp, records)
     if new:  # else no transaction would take what steps held
-        tasks.let_steps_go(offsets)
+        tasks.let_steps_go()
 
 
 async def end_transactions(
     app: AppT, producer: Any, offsets: Mapping[TP, int], start_new_transaction: bool
 ) -> bool:
-    """Step 5: False (and the worker crashing) when this worker is fenced or the commit
-    outlived the transaction timeout. faust's commit answered True when fenced, and our
-    local state then applied the aborted transaction's writes."""
-    by_transaction: defaultdict[str, dict[TP, int]] = defaultdict(dict)
-    for tp, offset in offsets.items():
-        by_transaction[transactional_id(app, tp)][tp] = offset
-    # Past the transaction timeout the broker has aborted them: the commit never ends.
+    """Step 5: False (and the worker crashing) when this worker is fenced (its producer
+    by a newer one of the same id, or its offsets by the group: it is no longer a
+    member of the current generation) or the commit outlived the transaction timeout.
+    faust's commit answered True when fenced, and our local state then applied the
+    aborted transaction's writes."""
+    tid = worker_transactional_id(app)
+    # Past the transaction timeout the broker has aborted it: the commit never ends.
     watchdog = asyncio.timeout(settings().transaction_timeout_seconds)
     try:
         async with watchdog:
             await producer.commit_transactions(
-                by_transaction, app.conf.id, start_new_transaction=start_new_transaction
+                {tid: offsets}, app.conf.id, start_new_transaction=start_new_transaction
             )
-    except ProducerFenced as exc:
+    except (ProducerFenced, *NOT_A_CURRENT_MEMBER) as exc:
         log.warning("commit failed, this worker is fenced: %r", exc)
         await app.crash(exc)
         return False

@@ -20,15 +20,13 @@ from mode import Service
 from mode.services import WaitResults
 
 from app.exactly_once import commit, eager, internals, predecessor
-from app.exactly_once.commit_schedule import CommitSchedule
-from app.exactly_once.outbox import transactional_id
+from app.exactly_once.outbox import partition_transactional_id
 from app.exactly_once.partition_tasks import PartitionTasks
 from app.exactly_once.runs import in_runs
 from app.kafka.admin import committed_records_between, last_committed_records
 from app.settings import settings
 
 log = logging.getLogger(__name__)
-UNKNOWN = 1 << 62  # offsets left to process, when not known (counts as a backlog)
 
 
 class ChangelogsNotAssigned(RuntimeError):
@@ -136,6 +134,8 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         return WaitResults([handover], [started.result], False)
 
     async def _commit_tps(self, tps: Any, start_new_transaction: bool) -> bool:
+        if not tps:  # nothing acked since the last commit
+            return False
         faust_commit = super()._commit_tps
 
         async def commit_offsets(tps: list[TP]) -> bool:
@@ -146,28 +146,15 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
 
     @Service.task
     async def _commit_handler(self) -> None:
-        # In place of faust's: commits on the clock, and handoff commits in between
-        # (app/exactly_once/commit_schedule.py).
-        schedule = CommitSchedule(
-            time.monotonic(), self.commit_interval, settings().handoff_interval_seconds
-        )
+        # In place of faust's, which commits on a clock: a commit as soon as the one before
+        # has ended and the commit interval has passed since that one began. What a step
+        # makes waits half an interval and a commit on average (one transaction, however
+        # many partitions); a commit that takes longer than the interval delays the next,
+        # and more records go into each.
         while not self.should_stop:
-            now = time.monotonic()
-            due = self.tasks.earliest_commit_due()
-            if due is not None:
-                due += now - time.time()  # wall clock -> monotonic
-            at, everything = schedule.next_after(now, due)
-            await self.sleep(at - time.monotonic())
-            if self.should_stop:
-                break
-            if everything:
-                await self.commit()
-            elif not self.tasks.closing and self.tasks.handoff_due(
-                self._unprocessed, settings().max_run_records
-            ):
-                # Not through commit(): a commit() starting meanwhile (faust's after so
-                # many acks) would wait for this one and then skip.
-                await self.force_commit(set(self.tasks.handoffs))
+            began = time.monotonic()
+            await self.commit()
+            await self.sleep(max(0.0, began + self.commit_interval - time.monotonic()))
 
     @Service.task
     async def _stall_watchdog(self) -> None:
@@ -182,15 +169,6 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
                 log.error("%s; crashing the worker", error)
                 await self.app.crash(error)
                 return
-
-    def _unprocessed(self, tp: TP) -> int:
-        """Offsets of tp committed (read_committed: up to its last stable offset, as of
-        the last fetch) and not yet processed here."""
-        task = self.tasks.get(tp)
-        if task is None or task.offsets.next is None or tp not in self.assignment():
-            return UNKNOWN
-        stable: int | None = self.highwater(tp)
-        return 0 if stable is None else stable - task.offsets.next
 
     async def _commit_offsets(
         self, offsets: Mapping[TP, int], start_new_transaction: bool = True
@@ -241,8 +219,10 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
     async def _retire_transaction_producers(self, revoked: set[TP]) -> None:
         # A producer kept for a partition that comes back was fenced meanwhile by its other owner:
         # everything acked is committed, so start afresh (docs/faust-gaps.md, 15).
-        for tid in sorted({transactional_id(self.app, tp) for tp in revoked}):
-            await self.app.producer.stop_transaction(tid)
+        transactions: Any = self.transactions  # ConcurrentTransactionManager
+        await transactions._stop_transactions(
+            sorted({partition_transactional_id(self.app, tp) for tp in revoked})
+        )
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
         missing = self.tasks.changelogs_missing(self.app.assignor.assigned_actives())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from faust.types import TP, AppT
 
@@ -58,22 +58,36 @@ class Outbox:
         self.counts.clear()
 
 
-def transactional_id(app: AppT, tp: TP) -> str:
-    """The id of the producer whose transaction carries tp's offsets: one per input
-    partition (ConcurrentTransactionManager.transactional_id_format)."""
-    return f"{app.conf.id}-{tp.topic}-{tp.partition}"
+# The transactional producers faust keeps: one per active input partition
+# (transport.ConcurrentTransactionManager formats it).
+PARTITION_TRANSACTIONAL_ID = "{group_id}-{tpg.topic}-{tpg.partition}"
+
+
+def partition_transactional_id(app: AppT, tp: TP) -> str:
+    return PARTITION_TRANSACTIONAL_ID.format(group_id=app.conf.id, tpg=tp)
+
+
+def worker_transactional_id(app: AppT) -> str:
+    """The id of the producer whose transaction carries every offset and record of this
+    worker's partitions (`PartitionTasks.transactional_id`); SendFailed between two
+    assignments, when there is none."""
+    tid: str | None = cast(Any, app).partition_tasks.transactional_id
+    if tid is None:
+        raise SendFailed("no transaction is open: no partition is assigned")
+    return tid
 
 
 async def send_in_transaction(app: AppT, tp: TP, records: list[Record]) -> list[SendReceipt]:
-    """Send into the open transaction that carries tp's offsets, and return the
+    """Send into the open transaction, which carries tp's offsets, and return the
     records' receipts. The caller holds the lock of tp's task
     (PartitionTask.lock), so no commit of tp comes in between. With
     `bench_without_transactions` (no transactions) the same sends go through the
     app's plain producer, which faust flushes before each commit."""
-    tid = transactional_id(app, tp)
-    failed = _crash_on_failure(app, tid)
     if not app.in_transaction:
+        failed = _crash_on_failure(app, "(none: the bench without transactions)")
         return await _send(internals.plain_producer(app.producer), records, failed)
+    tid = worker_transactional_id(app)
+    failed = _crash_on_failure(app, tid)
     transaction = internals.transaction_producer(tid)
     if transaction is None:
         # Sending without the transaction would break exactly-once: stop instead.

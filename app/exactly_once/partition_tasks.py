@@ -32,16 +32,12 @@ if TYPE_CHECKING:
     from app.exactly_once.stage import Stage
 
 P = TypeVar("P")
-# Offsets after the last record of a partition that are transaction markers: one per
-# producer whose transaction wrote to it, and several of its commits may be unread.
-MARKER_SLACK = 16
 
 
 class PartitionTask:
     __slots__ = (
         "_processor",
         "broken",
-        "commit_due",
         "commit_lock",
         "commit_since",
         "committing",
@@ -61,8 +57,7 @@ class PartitionTask:
         self.writes = StepWrites(tp, local_state)
         # Held by a step from its start until its ack, and by a commit of this
         # partition while it takes its offset and its before-commit records, and again
-        # while it sends the held records. Per partition: a commit of some partitions
-        # (ingest's handoff) leaves the others' steps going.
+        # while it sends the held records.
         self.lock = asyncio.Lock()
         # Held by a commit of this partition from start to end: one at a time.
         self.commit_lock = asyncio.Lock()
@@ -76,18 +71,10 @@ class PartitionTask:
         # the worker crashes.
         self.broken = False
         self._processor: object | None = None
-        # Wall clock by which the open transaction should commit, so that what it
-        # carries is visible within a commit interval of its input (None: no such wish).
-        self.commit_due: float | None = None
         # Monotonic clock since the step that holds the lock began, and since a commit of
         # the partition began: None when none runs (the stall watchdog reads them).
         self.step_since: float | None = None
         self.commit_since: float | None = None
-
-    def due_by(self, at: float) -> None:
-        due = self.commit_due
-        if due is None or at < due:
-            self.commit_due = at
 
     def processor(self, kind: type[P], create: Callable[[PartitionTask], P]) -> P:
         """The agent's processor of this partition, created on first use."""
@@ -117,15 +104,14 @@ class PartitionTasks:
         # Per input topic: the records each of its partitions adds to its transaction
         # just before a commit (ingest: the partition's event-time progress).
         self.commit_hooks: dict[str, Callable[[PartitionTask], list[Record]]] = {}
-        # Input topic -> the topic it feeds another stage of this worker through
-        # (ingest's events -> pairing's keyed events): committed every handoff interval
-        # while that stage waits for records (consumer.py).
-        self.handoffs: dict[str, str] = {}
         # Input topic -> the topic whose partition task keeps the processor its steps
         # use (enrichment's rows: the pairs'), forgotten with theirs (app/exactly_once/step.py).
         self.processor_topics: dict[str, str] = {}
         # Input topics whose records reach their agent in runs (app/exactly_once/runs.py).
         self.in_runs: set[str] = set()
+        # The id of the producer whose transaction carries every partition's offsets and
+        # records (transport.ConcurrentTransactionManager); None between assignments.
+        self.transactional_id: str | None = None
         # Told after each commit which offsets it committed (delivery waits for them).
         self.commit_listeners: list[Callable[[dict[TP, int]], None]] = []
         # Awaited on revocation, after the last commit and before the tasks go.
@@ -222,14 +208,13 @@ class PartitionTasks:
         else:
             task.lock.release()
 
-    def let_steps_go(self, tps: Iterable[TP]) -> None:
-        """The offsets and before-commit records of `tps` are taken, and their
-        transactions are about to commit: their steps may go on, held."""
-        for tp in tps:
-            task = self._by_tp.get(tp)
-            if task is not None and task.commit_lock.locked() and not task.committing:
+    def let_steps_go(self) -> None:
+        """The worker's transaction is about to commit, with the offsets and before-commit
+        records of the partitions it holds (their commit locks) taken: their steps may go
+        on, held."""
+        for task in self._by_tp.values():
+            if task.commit_lock.locked() and not task.committing:
                 task.committing = True
-                task.commit_due = None  # held steps may wish again, for the next one
                 task.lock.release()
 
     async def stop_steps(self, tasks: Iterable[PartitionTask]) -> None:
@@ -247,40 +232,11 @@ class PartitionTasks:
             async with task.lock:
                 pass
 
-    def earliest_commit_due(self) -> float | None:
-        dues = [task.commit_due for task in self._by_tp.values() if task.commit_due is not None]
-        return min(dues) if dues else None
-
-    def handoff_due(self, pending: Callable[[TP], int], backlog: int) -> bool:
-        """Whether the handing-off partitions should commit now: a partition they feed
-        has processed about everything committed to it, `pending(tp)` being how many
-        offsets are left (transaction markers included: up to `MARKER_SLACK`), and no
-        handing-off partition has more than `backlog` records of its own left.
-
-        Under a backlog on either side a handoff would only cost transactions: the
-        next stage has enough to do, or what it waits for is behind a backlog that
-        the commits of everything hand over as well. Once runs made pairing keep up
-        with ingest, it waited after nearly every run, and handoffs (a transaction for
-        each of ingest's partitions, about 20 times a second) were 13% of a worker's
-        CPU through a backlog (development runs, 100,000 events: 26-31 s with them,
-        22.9 s without)."""
-        fed = set(self.handoffs.values())
-        waits = False
-        for task in self._by_tp.values():
-            topic = task.tp.topic
-            if topic in self.handoffs and pending(task.tp) > backlog:
-                return False
-            if topic in fed and pending(task.tp) <= MARKER_SLACK:
-                waits = True
-        return waits
-
     def plug_in(self, stage: Stage) -> None:
         if stage.in_runs:
             self.in_runs.add(stage.topic)
         if stage.before_commit is not None:
             self.commit_hooks[stage.topic] = stage.before_commit
-        if stage.hands_off_to is not None:
-            self.handoffs[stage.topic] = stage.hands_off_to
         if stage.processor_of is not None:
             self.processor_topics[stage.topic] = stage.processor_of
         if stage.on_commit is not None:

@@ -19,9 +19,6 @@ class Stage:
     in_runs: bool = False
     # Records a partition adds to its transaction just before it commits.
     before_commit: Callable[[PartitionTask], list[Record]] | None = None
-    # The topic it feeds another stage of this worker through: committed every handoff
-    # interval while that stage waits for records.
-    hands_off_to: str | None = None
     # The topic whose partition task keeps the processor its steps use.
     processor_of: str | None = None
     # Told after each commit which offsets it committed.

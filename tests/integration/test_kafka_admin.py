@@ -7,17 +7,20 @@ import asyncio
 import sys
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaConnectionError, UnknownMemberIdError
+from aiokafka.errors import IllegalGenerationError, KafkaConnectionError, UnknownMemberIdError
 from faust.types import TP
 
 from app.exactly_once import internals
 from app.kafka.admin import TopicsNotReady, end_offsets, last_committed_records, wait_until_ready
 from app.kafka.connection import KafkaConnection
+from app.kafka.txn_offset_commit import GroupMember
 from app.settings import Settings
 from tests.conftest import broker_nodes
 from tools import broker as local_broker
@@ -236,3 +239,59 @@ async def test_topics_are_ready_once_the_broker_shows_every_partition(broker: st
         await wait_until_ready(conf, {f"{topic}-never-created": 1, topic: 4}, 1)
     with pytest.raises(TopicsNotReady):
         await wait_until_ready(conf, {topic: 5}, 1)  # fewer partitions than wanted
+
+
+async def test_a_transaction_s_offsets_commit_only_for_a_current_group_member(broker: str) -> None:
+    """The fencing of one transaction per worker (app/kafka/txn_offset_commit.py): offsets
+    committed as the group's current member are visible once the transaction commits;
+    as a member of an older generation, or as one the group does not know, the
+    coordinator refuses them and the transaction cannot commit."""
+    topic = await new_topic(broker, "member")
+    group = f"it-{uuid.uuid4().hex[:10]}"
+    tp = TopicPartition(topic, 0)
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=broker, group_id=group)
+    internals.stable_offset_look_ups(consumer)  # as the worker's: a commit's markers waited for
+    await consumer.start()
+    try:
+        while not consumer.assignment():  # joined: a generation and a member id
+            await consumer.getmany(timeout_ms=100)
+        current = internals.group_member(SimpleNamespace(_thread=ConsumerThread(consumer)))
+        assert current.generation_id >= 1 and current.member_id
+        older = replace(current, generation_id=current.generation_id - 1)
+        unknown = replace(current, member_id="not-a-member")
+
+        async def producer_as(member: GroupMember) -> AIOKafkaProducer:
+            producer = AIOKafkaProducer(bootstrap_servers=broker, transactional_id=f"{group}-tx")
+            internals.commit_offsets_as_member(producer, lambda: member)
+            await producer.start()
+            return producer
+
+        producer = await producer_as(current)
+        try:
+            async with producer.transaction():
+                await producer.send_offsets_to_transaction({tp: 7}, group)
+        finally:
+            await producer.stop()
+        assert await consumer.committed(tp) == 7
+        for member, refused in ((older, IllegalGenerationError), (unknown, UnknownMemberIdError)):
+            producer = await producer_as(member)
+            try:
+                await producer.begin_transaction()
+                with pytest.raises(refused):
+                    await producer.send_offsets_to_transaction({tp: 9}, group)
+            finally:
+                await producer.stop()  # failed for good: its transaction can only abort
+            assert await consumer.committed(tp) == 7
+    finally:
+        await consumer.stop()
+
+
+class ConsumerThread:
+    """What `internals.group_member` reads of faust's consumer thread: the aiokafka
+    consumer it runs."""
+
+    def __init__(self, consumer: AIOKafkaConsumer) -> None:
+        self.consumer = consumer
+
+    def _ensure_consumer(self) -> AIOKafkaConsumer:
+        return self.consumer

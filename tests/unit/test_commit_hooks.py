@@ -15,7 +15,7 @@ from faust.types import TP
 from agents import ingest
 from app.exactly_once import backlog, internals, step
 from app.exactly_once import commit as commit_steps
-from app.exactly_once.outbox import transactional_id
+from app.exactly_once.outbox import partition_transactional_id
 from app.exactly_once.partition_tasks import PartitionTask, PartitionTasks
 from app.faust_app import app
 from pairing.records import WATERMARK_KEY, decode_watermark, loads
@@ -128,7 +128,7 @@ async def test_a_revocation_retires_the_transaction_producers_of_revoked_partiti
     # faust would keep a producer whose partition becomes a standby, and reuse it,
     # fenced, when the partition comes back (docs/exactly-once.md).
     tp = TP("events", 2)
-    revoked, kept = transactional_id(app, tp), "it-kept-0"
+    revoked, kept = partition_transactional_id(app, tp), "it-kept-0"
     retired = await transactions.begin(revoked)
     other = await transactions.begin(kept)
     await app.consumer._retire_transaction_producers({tp})

@@ -24,13 +24,14 @@ from aiokafka.consumer import fetcher as fetcher_module
 from aiokafka.consumer.fetcher import Fetcher, FetchResult
 from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance, GroupCoordinator
 from aiokafka.consumer.subscription_state import SubscriptionState
-from aiokafka.errors import ProducerFenced, UnknownError
+from aiokafka.errors import IllegalGenerationError, ProducerFenced, UnknownError
 from aiokafka.producer.sender import Sender
+from aiokafka.producer.transaction_manager import TransactionState
 from aiokafka.protocol.commit import OffsetFetchRequest
 from aiokafka.protocol.group import LeaveGroupRequest, LeaveGroupRequest_v0
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
-from aiokafka.structs import ConsumerRecord, TopicPartition
+from aiokafka.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from faust.exceptions import ConsumerNotStarted
 from faust.tables import TableManager
 from faust.transport.conductor import ConductorCompiler
@@ -40,14 +41,23 @@ from mode.services import ServiceTask
 from mode.utils.queues import FlowControlEvent, ThrowableQueue
 
 from app.exactly_once import commit, internals
+from app.exactly_once import consumer as consumer_module
 from app.exactly_once.application import PairstreamApp, PairstreamTableManager
 from app.exactly_once.consumer import ExactlyOnceConsumer, ExactlyOnceConsumerThread
 from app.exactly_once.flow_queue import RebalanceSafeQueue, ResumeKeepsFetchedFlowControl
 from app.exactly_once.input_partitions import InputSizedAssignor
-from app.exactly_once.outbox import transactional_id
+from app.exactly_once.internals import producer as producer_internals
+from app.exactly_once.outbox import partition_transactional_id
+from app.exactly_once.partition_tasks import PartitionTasks
 from app.exactly_once.transport import ConcurrentTransactionManager, ExactlyOnceProducer
 from app.faust_app import app
 from app.kafka.offset_fetch import OffsetFetchRequest_v7, OffsetFetchResponse_v7
+from app.kafka.txn_offset_commit import (
+    GroupMember,
+    MemberTxnOffsetCommitRequest,
+    TxnOffsetCommitRequest_v3,
+    TxnOffsetCommitResponse_v3,
+)
 from app.settings import settings
 from app.worker import PairstreamWorker
 from tables.pairing_state import table
@@ -212,14 +222,16 @@ async def test_transaction_producer_is_the_one_faust_began_the_transaction_on(
     assert isinstance(found[1], asyncio.Lock)
 
 
-async def test_the_worker_s_consumer_fetches_with_our_limits() -> None:
+async def test_the_worker_s_consumer_fetches_with_our_limits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Not faust's fixed wait, nor aiokafka's default size (1, our default too)
+    limits = settings().model_copy(update={"fetch_max_wait_seconds": 0.2, "fetch_min_bytes": 4096})
+    monkeypatch.setattr(consumer_module, "settings", lambda: limits)
     thread: Any = app.consumer._new_consumer_thread()
     consumer = thread._create_worker_consumer(app.transport)
-    wait_ms = int(settings().fetch_max_wait_seconds * 1000)
-    # faust's fixed wait and aiokafka's default size, which the override replaces
-    assert wait_ms != 1500 and settings().fetch_min_bytes != 1
-    assert consumer._fetch_max_wait_ms == wait_ms
-    assert consumer._fetch_min_bytes == settings().fetch_min_bytes
+    assert consumer._fetch_max_wait_ms == 200
+    assert consumer._fetch_min_bytes == 4096
     # aiokafka reads them when it starts, into the fetcher that builds each fetch request
     started = inspect.getsource(AIOKafkaConsumer.start)
     assert "fetch_max_wait_ms=self._fetch_max_wait_ms" in started
@@ -288,7 +300,7 @@ def test_offset_look_ups_are_built_from_aiokafka_s_request() -> None:
 
 
 async def test_the_transactional_producers_of_an_assignment_start_together(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, own_tasks: PartitionTasks
 ) -> None:
     starting: set[str] = set()
     together: list[int] = []
@@ -307,13 +319,19 @@ async def test_the_transactional_producers_of_an_assignment_start_together(
     producer: Any = app.producer
     monkeypatch.setattr(producer, "_new_producer", lambda **kw: SlowToStart(kw["transactional_id"]))
     monkeypatch.setattr(producer, "_ensure_producer", lambda: None)
-    tids = [f"internals-concurrent-{i}" for i in range(5)]
+    tids = [f"internals-concurrent-{i}" for i in (3, 1, 4, 0, 2)]
     manager = app.consumer.transactions
     assert isinstance(manager, ConcurrentTransactionManager)
     try:
         await manager._start_transactions(tids)
         assert max(together) == len(tids)
         assert all(producer._transaction_producers[t].began == 1 for t in tids)
+        # The worker's one transaction: the first of them, whichever order they came in.
+        assert own_tasks.transactional_id == "internals-concurrent-0"
+        await manager._stop_transactions(["internals-concurrent-3"])
+        assert own_tasks.transactional_id == "internals-concurrent-0"
+        await manager._stop_transactions(["internals-concurrent-0"])
+        assert own_tasks.transactional_id is None
     finally:
         for tid in tids:
             producer._transaction_producers.pop(tid, None)
@@ -321,7 +339,7 @@ async def test_the_transactional_producers_of_an_assignment_start_together(
 
 
 async def test_a_transactional_producer_whose_sender_fails_crashes_the_worker(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, own_tasks: PartitionTasks
 ) -> None:
     """aiokafka's sender routine ends on an error it does not expect (UNKNOWN_SERVER_ERROR
     to TxnOffsetCommit, seen after a broker's hard bounce); a commit waiting on the
@@ -368,6 +386,7 @@ async def test_a_commit_not_ended_after_the_transaction_timeout_crashes_the_work
 
     monkeypatch.setattr(app, "crash", crash)
     monkeypatch.setattr(app.producer, "commit_transactions", hangs)
+    monkeypatch.setattr(app.partition_tasks, "transactional_id", "internals-hangs")
     short = settings().model_copy(update={"transaction_timeout_seconds": 0.05})
     monkeypatch.setattr(commit, "settings", lambda: short)
     manager = app.consumer.transactions
@@ -392,12 +411,13 @@ async def test_sender_task_is_the_task_of_aiokafka_s_sender_routine() -> None:
     )
 
 
-async def test_each_input_partition_has_a_transaction_of_its_own(
+async def test_each_input_partition_has_a_transactional_producer_of_its_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # faust names a transaction by the partition's topic group; two stages' topics with
-    # the same partition count would share one, and a handoff commit of ingest's
-    # partitions would commit pairing's records without their offsets.
+    # So that the next owner of any partition aborts its previous owner's open transaction
+    # at once. faust names a producer by the partition's topic group; two stages' topics
+    # with the same partition count would share one, and the next owner of pairing's
+    # partition 0 would not fence a worker whose transaction had ingest's partition 0's id.
     started: list[str] = []
 
     async def start(_: Any, tids: list[str]) -> None:
@@ -408,30 +428,27 @@ async def test_each_input_partition_has_a_transaction_of_its_own(
     monkeypatch.setattr(app.assignor, "is_standby", lambda tp: False)
     tps = {TP("events", 0), TP("keyed", 0), TP("events", 1)}
     await app.consumer.transactions.on_rebalance(tps, set(), tps)
-    assert sorted(started) == sorted(transactional_id(app, tp) for tp in tps)
+    assert sorted(started) == sorted(partition_transactional_id(app, tp) for tp in tps)
     assert len(set(started)) == len(tps)
 
 
 class Committing(FakeTransactionalProducer):
-    """Records how many commits run at once; the one named `fenced` fails."""
+    """Records the transactions it commits; the one named `fenced` fails, and every one
+    while the group has moved on without its member (`not_a_member`)."""
 
-    running: ClassVar[set[str]] = set()
-    together: ClassVar[list[int]] = []
     committed: ClassVar[list[str]] = []
     fenced: ClassVar[str] = ""
+    not_a_member: ClassVar[Exception | None] = None
 
     def __init__(self, tid: str) -> None:
         super().__init__()
         self.tid = tid
 
     async def send_offsets_to_transaction(self, offsets: Any, group_id: str) -> None:
-        self.running.add(self.tid)
-        self.together.append(len(self.running))
-        await asyncio.sleep(0.02)
+        if self.not_a_member is not None:
+            raise self.not_a_member
 
     async def commit_transaction(self) -> None:
-        await asyncio.sleep(0.02)
-        self.running.discard(self.tid)
         if self.tid == self.fenced:
             raise ProducerFenced()
         self.committed.append(self.tid)
@@ -451,29 +468,12 @@ def committing(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[list[str]]
             began.append(tid)
 
     yield begin
+    Committing.committed.clear()
     Committing.fenced = ""
+    Committing.not_a_member = None
     for tid in began:
         producer._transaction_producers.pop(tid, None)
         producer._trn_locks.pop(tid, None)
-
-
-async def test_an_assignment_s_transactions_commit_together(
-    committing: Callable[[list[str]], Awaitable[None]],
-) -> None:
-    producer: Any = app.producer
-    tids = [f"internals-commit-{i}" for i in range(4)]
-    offsets = {tid: {TP("events", i): 10 + i} for i, tid in enumerate(tids)}
-    await committing(tids)
-    await producer.commit_transactions(offsets, "group")
-    assert max(Committing.together) == len(tids)
-    assert sorted(Committing.committed) == tids
-    assert all(producer._transaction_producers[t].began == 2 for t in tids)  # and began again
-
-    Committing.committed.clear()
-    Committing.fenced = tids[1]
-    with pytest.raises(ProducerFenced):
-        await producer.commit_transactions(offsets, "group")
-    assert sorted(Committing.committed) == [t for t in tids if t != tids[1]]  # all tried
 
 
 async def test_a_fenced_commit_crashes_the_worker_and_is_not_taken_for_a_commit(
@@ -488,14 +488,19 @@ async def test_a_fenced_commit_crashes_the_worker_and_is_not_taken_for_a_commit(
 
     monkeypatch.setattr(app, "crash", crash)
     tps = [TP("events", 0), TP("events", 1)]
-    tids = [transactional_id(app, tp) for tp in tps]
-    await committing(tids)
+    tid = partition_transactional_id(app, tps[0])
+    monkeypatch.setattr(app.partition_tasks, "transactional_id", tid)
+    await committing([tid])
     manager = app.consumer.transactions
     assert await manager.commit(dict.fromkeys(tps, 10)) is True
+    assert Committing.committed == [tid]  # one transaction for both partitions
     assert not crashes
-    Committing.fenced = tids[1]
+    Committing.fenced = tid
     assert await manager.commit(dict.fromkeys(tps, 20)) is False
-    assert [type(c) for c in crashes] == [ProducerFenced]
+    Committing.fenced = ""
+    Committing.not_a_member = IllegalGenerationError()  # the group moved on without it
+    assert await manager.commit(dict.fromkeys(tps, 30)) is False
+    assert [type(c) for c in crashes] == [ProducerFenced, IllegalGenerationError]
 
 
 def test_restore_offsets_reads_the_recovery_s_progress() -> None:
@@ -1112,3 +1117,69 @@ def test_records_of_topics_in_runs_are_handed_on_as_decoded() -> None:
     assert {type(r) for r in fetched("other", marked)} == {ConsumerRecord}
     with pytest.raises(RuntimeError, match="value deserializer"):
         internals.hand_on_decoded_records(cast(Any, consumer), {"events"})
+
+
+MEMBER = GroupMember(4, "member-4", None)
+
+
+def test_a_transaction_s_offsets_are_committed_as_a_group_member() -> None:
+    request = MemberTxnOffsetCommitRequest("tid", "g", 17, 2, MEMBER, [("events", [(3, 40, "")])])
+    struct = request.build(TxnOffsetCommitRequest_v3)
+    assert (struct.API_VERSION, struct.transactional_id, struct.group_id) == (3, "tid", "g")
+    assert (struct.producer_id, struct.producer_epoch) == (17, 2)
+    assert (struct.generation_id, struct.member_id, struct.group_instance_id) == (
+        4,
+        "member-4",
+        None,
+    )
+    assert struct.topics == [("events", [(3, 40, -1, "", {})], {})]
+    assert struct.encode()  # every field fits its schema
+    answer = TxnOffsetCommitResponse_v3(0, [("events", [(3, 22, {})], {})], {})
+    assert answer.errors == [("events", [(3, 22)])]  # as aiokafka's handler reads version 0
+
+
+async def test_the_transactional_producer_commits_offsets_as_the_member_it_is_told() -> None:
+    producer = producer_knowing({}, transactional_id="tid")
+    sender: Any = producer._sender
+    aiokafka_own = sender._do_txn_offset_commit
+    asked: list[GroupMember] = []
+
+    def member() -> GroupMember:
+        asked.append(MEMBER)
+        return MEMBER
+
+    internals.commit_offsets_as_member(producer, member)
+    assert sender._do_txn_offset_commit != aiokafka_own
+    # What it replaces: aiokafka's version-0 handler, one request after the look-up.
+    source = inspect.getsource(Sender._do_txn_offset_commit)
+    assert "TxnOffsetCommitHandler(self, offsets, group_id)" in source
+    assert "_find_coordinator(CoordinationType.GROUP, group_id)" in source
+    txn_manager = sender._txn_manager
+    txn_manager.set_pid_and_epoch(17, 2)
+    txn_manager.begin_transaction()
+    offsets = {TopicPartition("events", 3): OffsetAndMetadata(40, "")}
+    sent = txn_manager.add_offsets_to_txn(offsets, "g")  # what send_offsets_to_transaction awaits
+    handler = producer_internals._MemberTxnOffsetCommitHandler(sender, offsets, "g", member)
+    struct = handler.create_request().build(TxnOffsetCommitRequest_v3)
+    assert asked == [MEMBER]  # asked as the request is built
+    assert (struct.producer_id, struct.generation_id, struct.member_id) == (17, 4, "member-4")
+    assert struct.topics == [("events", [(3, 40, -1, "", {})], {})]
+    # The group moved on without the member: the transaction fails for good.
+    refused = TxnOffsetCommitResponse_v3(0, [("events", [(3, 22, {})], {})], {})
+    assert handler.handle_response(refused) is None
+    assert txn_manager.state == TransactionState.FATAL_ERROR
+    assert isinstance(sent.exception(), IllegalGenerationError)
+
+
+def test_the_group_member_is_read_off_aiokafka_s_group_coordinator() -> None:
+    coordinator = SimpleNamespace(generation=6, member_id="m-6", _group_instance_id="pod-0")
+    consumer = SimpleNamespace(_coordinator=coordinator)
+    thread = SimpleNamespace(_ensure_consumer=lambda: consumer)
+    assert internals.group_member(SimpleNamespace(_thread=thread)) == GroupMember(6, "m-6", "pod-0")
+    signature = inspect.signature(GroupCoordinator.__init__)
+    assert "group_instance_id" in signature.parameters
+    assert "self.generation = " in inspect.getsource(GroupCoordinator.__init__)
+    assert "self.member_id = " in inspect.getsource(GroupCoordinator.__init__)
+    assert "self._group_instance_id = group_instance_id" in inspect.getsource(
+        GroupCoordinator.__init__
+    )

@@ -1,5 +1,5 @@
-"""Where a step's records go: the transaction of its source partition, or, with the
-benchmark switch that turns transactions off, the app's plain producer."""
+"""Where a step's records go: the worker's transaction, or, with the benchmark switch
+that turns transactions off, the app's plain producer."""
 
 from __future__ import annotations
 
@@ -22,13 +22,14 @@ RECORDS: list[Record] = [
 ]
 
 
-def fake_app(in_transaction: bool) -> Any:
+def fake_app(in_transaction: bool, transactional_id: str | None = "bench-app-events-2") -> Any:
     plain = producer_knowing({"pairs": 4, "keyed": 4})  # faust's plain producer
     return SimpleNamespace(
         in_transaction=in_transaction,
         producer=SimpleNamespace(_ensure_producer=lambda: plain),
         plain=plain,
         conf=SimpleNamespace(id="bench-app"),
+        partition_tasks=SimpleNamespace(transactional_id=transactional_id),
     )
 
 
@@ -50,9 +51,12 @@ async def test_without_transactions_records_go_through_the_plain_producer() -> N
 
 async def test_with_transactions_a_missing_transaction_stops_the_step() -> None:
     app = fake_app(in_transaction=True)
-    with pytest.raises(SendFailed, match="bench-app-events-2"):
+    with pytest.raises(SendFailed, match="no open transaction bench-app-events-2"):
         await send_in_transaction(app, TP("events", 2), RECORDS)
-    assert queued(app.plain) == {}  # nothing went around the transaction
+    between_assignments = fake_app(in_transaction=True, transactional_id=None)
+    with pytest.raises(SendFailed, match="no transaction is open"):
+        await send_in_transaction(between_assignments, TP("events", 2), RECORDS)
+    assert queued(app.plain) == queued(between_assignments.plain) == {}  # nothing went around
 
 
 async def test_a_failed_batch_crashes_the_worker() -> None:
@@ -72,4 +76,4 @@ async def test_a_failed_batch_crashes_the_worker() -> None:
             batch.failure(RuntimeError("broker says no"))
     for _ in range(5):
         await asyncio.sleep(0)
-    assert crashes and all("bench-app-events-2" in str(exc) for exc in crashes)
+    assert crashes and all("broker says no" in str(exc) for exc in crashes)

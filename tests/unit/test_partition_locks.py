@@ -1,9 +1,7 @@
-"""A commit holds the steps of the partitions it commits while it takes their offsets,
-and lets them go on, held, while their transactions commit: it waits for a step of one
-of them to be acked, steps of the other partitions go on throughout (ingest's handoff
-commits do not hold pairing up), and what held steps send goes into the next
-transaction. The real step and consumer, with the sends and faust's own commit
-replaced."""
+"""A commit holds the steps of every partition of the worker while it takes their
+offsets, and lets them go on, held, while the transaction commits: it waits for a step
+of one of them to be acked, and what held steps send goes into the next transaction.
+The real step and consumer, with the sends and faust's own commit replaced."""
 
 from __future__ import annotations
 
@@ -131,8 +129,8 @@ async def test_steps_go_on_held_while_their_transaction_commits(
     assert ingest_step.done() and steps.acked == [(INGEST, 0)]
     assert faust.committing == [{INGEST: 1}]
 
-    # The ingest transaction commits: an ingest step goes on, acked, its records and
-    # table writes held; a pairing step goes on as ever.
+    # The transaction commits: steps of every partition go on, acked, their records and
+    # table writes held; one transaction carries them all, so pairing's too.
     changelog = SimpleNamespace(get_topic_name=lambda: "table-changelog")
     local = own_tasks.local_state.partition(
         SimpleNamespace(name="table", changelog_topic=changelog), 0
@@ -144,29 +142,16 @@ async def test_steps_go_on_held_while_their_transaction_commits(
     await asyncio.wait_for(steps.run(INGEST, 1, write), timeout=5)
     await asyncio.wait_for(steps.run(KEYED, 0), timeout=5)
     assert steps.acked == [(INGEST, 0), (INGEST, 1), (KEYED, 0)]
-    assert steps.sent == [(INGEST, [b"0"]), (KEYED, [b"0"])]
+    assert steps.sent == [(INGEST, [b"0"])]
     faust.done.set()
     assert await asyncio.wait_for(commit, timeout=5)
-    # Into the next transaction, which this commit did not take the held offset for;
+    # Into the next transaction, which this commit did not take the held offsets for;
     # the held write waits for it in local state (RocksDB has committed writes only).
-    assert steps.sent[-1] == (INGEST, [b"1", b"v"])
+    assert steps.sent[1:] == [(INGEST, [b"1", b"v"]), (KEYED, [b"0"])]
     assert local.uncommitted == {b"k": b"v"}
     assert app.consumer._committed_offset[INGEST] == 1
     assert app.consumer._new_offset(INGEST) == 2
     assert not faust.crashes
-
-
-async def test_a_held_step_s_wish_to_commit_outlives_the_commit(
-    steps: Steps, own_tasks: PartitionTasks, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    faust = FaustCommit(monkeypatch)
-    await steps.run(KEYED, 0, lambda task: task.due_by(10.0))
-    commit = commit_of([KEYED])
-    await settle()
-    await steps.run(KEYED, 1, lambda task: task.due_by(20.0))  # held
-    faust.done.set()
-    await asyncio.wait_for(commit, timeout=5)
-    assert own_tasks.earliest_commit_due() == 20.0  # the wish of the held step only
 
 
 async def _a_held_step_fails(steps: Steps, faust: FaustCommit) -> None:
@@ -278,26 +263,6 @@ async def test_a_step_s_body_runs_only_between_commits(
         assert ran == []
     await asyncio.wait_for(started, timeout=5)
     assert ran == [5] and steps.acked == [(INGEST, 5)]
-
-
-async def test_a_commit_clears_the_commit_wishes_of_the_partitions_it_committed(
-    own_tasks: PartitionTasks, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    async def faust_commit(_: Any, tps: Any, start_new_transaction: bool) -> bool:
-        return True
-
-    monkeypatch.setattr(faust_aiokafka.Consumer, "_commit_tps", faust_commit)
-    own_tasks.assigned({INGEST, KEYED})
-    ingest, keyed = own_tasks.get(INGEST), own_tasks.get(KEYED)
-    assert ingest is not None and keyed is not None
-    assert own_tasks.earliest_commit_due() is None
-    keyed.due_by(10.0)
-    keyed.due_by(12.0)  # a later wish does not postpone an earlier one
-    ingest.due_by(11.0)
-    assert own_tasks.earliest_commit_due() == 10.0
-    await app.consumer._commit_tps([KEYED], True)
-    assert keyed.commit_due is None
-    assert own_tasks.earliest_commit_due() == 11.0
 
 
 async def test_a_step_cut_off_takes_its_processor_with_it(

@@ -45,12 +45,12 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
     },
     TransactionManager: {
         "_start_transactions": ("self", "tids"),
+        "_stop_transactions": ("self", "tids"),
         "commit": ("self", "offsets", "start_new_transaction"),
     },
     faust_aiokafka.Producer: {
         "_new_producer": ("self", "transactional_id"),
         "_settings_extra": ("self",),
-        "commit_transactions": ("self", "tid_to_offset_map", "group_id", "start_new_transaction"),
     },
     faust.App: {
         "_new_transport": ("self",),

@@ -16,6 +16,7 @@ from faust.types import TP
 
 from app.kafka.connection import KafkaConnection
 from app.kafka.offset_fetch import StableOffsetFetchRequest, as_version_3
+from app.kafka.txn_offset_commit import GroupMember
 
 __all__ = [
     "LastReadOffsets",
@@ -24,6 +25,7 @@ __all__ = [
     "flow_running",
     "forget_acks_below",
     "forget_unacked",
+    "group_member",
     "group_member_id",
     "hand_on_decoded_records",
     "install_last_read_offsets",
@@ -251,6 +253,18 @@ def group_member_id(consumer: AIOKafkaConsumer) -> str | None:
     coordinator = consumer._coordinator
     member_id: str | None = getattr(coordinator, "member_id", None) or None
     return member_id
+
+
+def group_member(consumer: Any) -> GroupMember:
+    """Where faust's consumer (its `_thread`) stands in its group now: the generation,
+    member id and group.instance.id aiokafka's group coordinator holds (its
+    `generation`, `member_id`, `_group_instance_id`), read from the producer's loop;
+    before the first join, generation -1 and no member id, which the broker takes as
+    a commit by no member in particular."""
+    coordinator = client_consumer(consumer._thread)._coordinator
+    return GroupMember(
+        coordinator.generation, coordinator.member_id, coordinator._group_instance_id
+    )
 
 
 async def remove_group_member(kafka: KafkaConnection, group: str, member_id: str) -> None:

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, errors
+from aiokafka.client import CoordinationType
 from aiokafka.partitioner import DefaultPartitioner
+from aiokafka.producer import sender as aiokafka_sender
 from aiokafka.structs import TopicPartition
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from app.kafka.partitioner import default_partition
+from app.kafka.txn_offset_commit import (
+    NOT_A_CURRENT_MEMBER,
+    GroupMember,
+    MemberTxnOffsetCommitRequest,
+)
 
 __all__ = [
     "QUEUED_BATCHES_PER_PARTITION",
     "append_to_open_batches",
+    "commit_offsets_as_member",
     "keyed_partitioner",
     "metadata_task",
     "plain_producer",
@@ -32,6 +41,66 @@ def transaction_producer(transactional_id: str) -> tuple[Any, asyncio.Lock] | No
     if producer is None:
         return None
     return producer, faust_aiokafka.Producer._trn_locks[transactional_id]
+
+
+class _MemberTxnOffsetCommitHandler(aiokafka_sender.TxnOffsetCommitHandler):  # type: ignore[misc]
+    """aiokafka's handler of a transaction's offset commit (`TxnOffsetCommitHandler`:
+    its `_sender`, that one's `_txn_manager`, and `_offsets`, `_group_id`), sending
+    version 3 with the committing group member (app/kafka/txn_offset_commit.py). An
+    answer that the member is not current fails the transaction for good, as a fenced
+    producer's does: aiokafka's handler raised it inside the sender."""
+
+    def __init__(
+        self, sender: Any, offsets: Any, group_id: str, member: Callable[[], GroupMember]
+    ) -> None:
+        super().__init__(sender, offsets, group_id)
+        self._member = member
+
+    def create_request(self) -> MemberTxnOffsetCommitRequest:
+        txn_manager = self._sender._txn_manager
+        topics: defaultdict[str, list[tuple[int, int, str | None]]] = defaultdict(list)
+        for tp, offset in sorted(self._offsets.items()):
+            topics[tp.topic].append((tp.partition, offset.offset, offset.metadata))
+        return MemberTxnOffsetCommitRequest(
+            txn_manager.transactional_id,
+            self._group_id,
+            txn_manager.producer_id,
+            txn_manager.producer_epoch,
+            self._member(),
+            list(topics.items()),
+        )
+
+    def handle_response(self, resp: Any) -> float | None:
+        for topic, partitions in resp.errors:
+            for partition, code in partitions:
+                error = errors.for_code(code)
+                if error in NOT_A_CURRENT_MEMBER:
+                    self._sender._txn_manager.fatal_error(error(f"{topic}[{partition}]"))
+                    return None
+        backoff: float | None = super().handle_response(resp)
+        return backoff
+
+
+def commit_offsets_as_member(producer: AIOKafkaProducer, member: Callable[[], GroupMember]) -> None:
+    """Make the transactional producer commit its transactions' offsets as `member()`
+    (asked as each request is built), so that the group coordinator refuses them once
+    the member has left the group's current generation. In place of its sender's
+    `_do_txn_offset_commit`, which does the same with version 0 (no member): after the
+    group coordinator's look-up (the sender's `_find_coordinator`), one request, and the
+    sender asks again while offsets are left."""
+    sender = producer._sender
+
+    async def txn_offset_commit(offsets: Any, group_id: str) -> None:
+        if not offsets:
+            return
+        try:
+            node_id = await sender._find_coordinator(CoordinationType.GROUP, group_id)
+        except errors.GroupAuthorizationFailedError as exc:
+            sender._txn_manager.error_transaction(exc)
+            return
+        await _MemberTxnOffsetCommitHandler(sender, offsets, group_id, member).do(node_id)
+
+    sender._do_txn_offset_commit = txn_offset_commit
 
 
 def track_known_topics(producer: AIOKafkaProducer) -> None:
