@@ -23,9 +23,11 @@ from bench.latency import (
     PAIRSTREAM_LOW_LATENCY,
     QUIX,
     SMOKE_LATENCY_BASIS,
+    Level,
     levels,
     run_latency,
     run_quix_latency,
+    run_wait_profile,
 )
 from bench.measure import median
 from bench.pairstream import run_worker
@@ -95,7 +97,8 @@ async def latency(plan: Plan, results: Results) -> None:
     (1.45x the first-to-last rate at 1 s commits on `277c66e`), and half of it offered
     live was more than the worker kept up with (p99 3.0-6.7 s). The same levels for the
     worker at its defaults and at a low-latency profile, and for the Quix Streams app at
-    the default commit interval, one app over all levels at a time."""
+    the default commit interval, one app over all levels at a time; then where a pair's
+    time goes, at the highest fixed rate."""
     interval = (
         DEFAULT_COMMIT_INTERVAL if DEFAULT_COMMIT_INTERVAL in plan.intervals else plan.intervals[-1]
     )
@@ -112,6 +115,12 @@ async def latency(plan: Plan, results: Results) -> None:
         results.latency += await run_latency(plan.bootstrap, setup, offered, plan.level_seconds)
     print(f"latency, {QUIX.app}, commit interval {QUIX.commit_interval:g} s ...", flush=True)
     results.latency += await run_quix_latency(plan.bootstrap, QUIX, offered, plan.level_seconds)
+    # Where the time goes, at the highest fixed rate: the worker's topics read besides.
+    results.wait_rate = plan.latency_rates[-1]
+    print(f"where a pair's time goes, {results.wait_rate:,.0f} events/s ...", flush=True)
+    results.wait_profile = await run_wait_profile(
+        plan.bootstrap, PAIRSTREAM_DEFAULT, Level(results.wait_rate), plan.level_seconds
+    )
 
 
 async def transactions(plan: Plan, results: Results) -> None:
@@ -220,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bootstrap", help="a running broker; default: the local one on 9092")
     args = parser.parse_args(argv)
     events = 3_000 if args.smoke else args.events
-    intervals = [1.0] if args.smoke else [0.1, 0.5, 1.0]
+    intervals = [1.0] if args.smoke else [DEFAULT_COMMIT_INTERVAL, 0.5, 1.0]
     pending = [3_000] if args.smoke else args.pending
     loads = [0.5] if args.smoke else [0.25, 0.5, 0.75]
     # A smoke run's levels are small: its parts run side by side on a loaded machine.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import random
 import time
@@ -67,13 +68,12 @@ class Setup:
 
 
 PAIRSTREAM_DEFAULT = Setup("pairstream default", DEFAULT_COMMIT_INTERVAL)
-# Each setting at the end of its valid range that waits least: a fetch answered at its
-# first record, quiet partitions fetched again after 10 ms, outputs sent after 5 ms.
+# Commits closer together than the default, quiet partitions fetched again after 10 ms,
+# outputs sent after 5 ms.
 PAIRSTREAM_LOW_LATENCY = Setup(
     "pairstream low latency",
-    0.1,
+    0.02,
     {
-        "PAIRSTREAM_FETCH_MIN_BYTES": "1",
         "PAIRSTREAM_FETCH_MAX_WAIT_SECONDS": "0.01",
         "PAIRSTREAM_PRODUCER_LINGER_SECONDS": "0.005",
     },
@@ -91,6 +91,28 @@ class LatencyResult:
     p90: float
     p99: float
     max: float
+
+
+@dataclass(frozen=True)
+class WaitPart:
+    """One part of a pair's time, over the pairs of a level."""
+
+    part: str
+    p50: float  # seconds
+    p90: float
+    p99: float
+
+
+# Where a pair's time goes: from the send of its events to ingest's writing the later of
+# them re-keyed (the keyed record's CreateTime), to that record readable by read_committed
+# consumers (seen by ours), to pairing's writing the pair (the pair record's CreateTime), to
+# the pair readable (seen by ours).
+WAIT_PARTS = (
+    "ingest: fetch, queue and step",
+    "ingest's transaction commits",
+    "pairing: fetch, queue and step",
+    "pairing's transaction commits",
+)
 
 
 def percentile(ordered: list[float], share: float) -> float:
@@ -157,11 +179,18 @@ async def visible(
 
 
 async def measure_levels(
-    bootstrap: str, topic: str, pairs: PairIds, setup: Setup, offered: list[Level], seconds: float
+    bootstrap: str,
+    topic: str,
+    pairs: PairIds,
+    setup: Setup,
+    offered: list[Level],
+    seconds: float,
+    timings: Timings | None = None,
 ) -> list[LatencyResult]:
     """Each level in turn into `topic`, a running app's input, for `seconds`; `pairs`
     what it made visible. One pair first, until visible: the app's start and first
-    assignment, which the warm-up need not cover, stay out of the figures."""
+    assignment, which the warm-up need not cover, stay out of the figures. `timings`, if
+    given, keeps when each pair measured was sent and seen."""
     producer = AIOKafkaProducer(
         **KafkaConnection(bootstrap).aiokafka(), enable_idempotence=True, linger_ms=5
     )
@@ -182,6 +211,8 @@ async def measure_levels(
             measured = list(sent.items())[int(len(sent) * WARM_UP / seconds) :]
             await visible([key for key, _ in measured], seen, DRAIN_SECONDS, reading)
             ordered = sorted(seen[key] - at for key, at in measured)
+            if timings is not None:
+                timings.pairs.extend((key, at, seen[key]) for key, at in measured)
             results.append(
                 LatencyResult(
                     setup.app,
@@ -209,6 +240,68 @@ async def pairstream_pairs(reader: OutputReader) -> PairIds:
         yield [pair["a_id"] for pair in reader.outputs.pairs[before:]]
 
 
+@dataclass
+class Timings:
+    """What the wait profile is computed from: the measured pairs (A id, sent, seen; the
+    monotonic clock), and by pairing key the keyed records' and pairs' Kafka timestamps
+    and when ours saw them (the wall clock)."""
+
+    pairs: list[tuple[str, float, float]] = field(default_factory=list)
+    keyed: dict[bytes, tuple[float, float]] = field(default_factory=dict)  # later of A and B
+    made: dict[str, tuple[bytes, float]] = field(default_factory=dict)  # A id: key, CreateTime
+
+
+async def timed_keyed(consumer: AIOKafkaConsumer, timings: Timings) -> None:
+    """Each pairing key's keyed records: the later CreateTime of its A and B (ingest's
+    write), and when the later one became readable."""
+    keyed = timings.keyed
+    while True:
+        batches = await consumer.getmany(timeout_ms=500, max_records=10_000)
+        now = time.time()
+        for records in batches.values():
+            for record in records:
+                written = record.timestamp / 1000
+                before = keyed.get(record.key)
+                keyed[record.key] = (written if before is None else max(before[0], written), now)
+
+
+async def timed_pairs(consumer: AIOKafkaConsumer, timings: Timings) -> PairIds:
+    while True:
+        batches = await consumer.getmany(timeout_ms=500, max_records=10_000)
+        ids = []
+        for records in batches.values():
+            for record in records:
+                pair = json.loads(record.value)
+                timings.made[pair["a_id"]] = (record.key, record.timestamp / 1000)
+                ids.append(pair["a_id"])
+        yield ids
+
+
+def wait_profile(timings: Timings, wall_minus_monotonic: float) -> list[WaitPart]:
+    """`WAIT_PARTS` over the measured pairs whose keyed records were seen."""
+    parts: list[list[float]] = [[] for _ in WAIT_PARTS]
+    for a_id, sent, seen in timings.pairs:
+        key, made = timings.made[a_id]
+        if key not in timings.keyed:
+            continue
+        rekeyed, readable = timings.keyed[key]
+        moments = (
+            sent + wall_minus_monotonic,
+            rekeyed,
+            readable,
+            made,
+            seen + wall_minus_monotonic,
+        )
+        for part, (start, end) in zip(parts, itertools.pairwise(moments), strict=False):
+            part.append(end - start)
+    if not parts[0]:
+        raise RuntimeError("no measured pair's keyed records were seen")
+    return [
+        WaitPart(name, *(percentile(sorted(part), share) for share in (0.5, 0.9, 0.99)))
+        for name, part in zip(WAIT_PARTS, parts, strict=True)
+    ]
+
+
 async def run_latency(
     bootstrap: str, setup: Setup, offered: list[Level], seconds: float
 ) -> list[LatencyResult]:
@@ -228,6 +321,43 @@ async def run_latency(
         stop_worker(worker)
     await run.discard()
     return results
+
+
+async def run_wait_profile(
+    bootstrap: str, setup: Setup, level: Level, seconds: float
+) -> list[WaitPart]:
+    """Where a pair's time goes, at one level: the worker's own topics read by ours, each
+    record's Kafka timestamp (when the worker wrote it) beside when ours could read it."""
+    run = worker_run("bench-wait", bootstrap, setup.commit_interval, setup.env)
+    conf, log_path = run.conf, run.log_path
+    await create_topic(bootstrap, conf.events_topic)
+    await ensure_topics(conf)
+    worker = start_worker(log_path, run.env)
+    keyed = committed_reader(bootstrap, conf.keyed_topic)
+    pairs = committed_reader(bootstrap, conf.pairs_topic)
+    timings = Timings()
+    reading = asyncio.ensure_future(timed_keyed(keyed, timings))
+    wall_minus_monotonic = time.time() - time.monotonic()
+    try:
+        await asyncio.gather(keyed.start(), pairs.start())
+        await wait_ready(log_path, worker)
+        await measure_levels(
+            bootstrap,
+            conf.events_topic,
+            timed_pairs(pairs, timings),
+            setup,
+            [level],
+            seconds,
+            timings,
+        )
+    finally:
+        reading.cancel()
+        with suppress(asyncio.CancelledError):
+            await reading
+        await asyncio.gather(keyed.stop(), pairs.stop())
+        stop_worker(worker)
+    await run.discard()
+    return wait_profile(timings, wall_minus_monotonic)
 
 
 async def quix_pairs(consumer: AIOKafkaConsumer) -> PairIds:

@@ -20,6 +20,7 @@ from bench.latency import (
     SMOKE_LATENCY_BASIS,
     WARM_UP,
     LatencyResult,
+    WaitPart,
 )
 from bench.measure import median
 from bench.pairstream import PairstreamResult
@@ -55,6 +56,8 @@ class Results:
     ceiling: list[CeilingResult] = field(default_factory=list)
     restart: list[RestartResult] = field(default_factory=list)
     latency: list[LatencyResult] = field(default_factory=list)
+    wait_profile: list[WaitPart] = field(default_factory=list)  # the default worker's, at:
+    wait_rate: float | None = None  # events/s offered
     level_seconds: float = 0.0  # how long each latency level ran
     latency_basis: float | None = None  # events/s the latency loads are shares of
     profiled: PairstreamResult | None = None  # one more run, under py-spy
@@ -220,6 +223,22 @@ def latency_section(
     )  # fmt: skip
 
 
+def wait_section(parts: list[WaitPart], offered: float | None, level_seconds: float) -> list[str]:
+    return section(
+        "Where a pair's time goes",
+        f"One more worker at its defaults, {rate(offered or math.nan)} events/s offered for"
+        f" {level_seconds:g} s as above, its keyed and pairs topics read by a read_committed"
+        " consumer of ours. A pair's time, end to end as above, in four parts, each from one"
+        " moment to the next: its events sent; ingest's write of the later of them re-keyed"
+        " (the keyed record's Kafka timestamp); that record readable (ours saw it); pairing's"
+        " write of the pair (its Kafka timestamp); the pair readable. Ours reads as pairing"
+        " does, so the third part can come out below zero when pairing read first"
+        " (`bench/latency.py`, `run_wait_profile`).",
+        ["part", "p50 (s)", "p90 (s)", "p99 (s)"],
+        [[p.part, f"{p.p50:.3f}", f"{p.p90:.3f}", f"{p.p99:.3f}"] for p in parts],
+    )
+
+
 def level_name(result: LatencyResult) -> str:
     load = result.level.load
     return f"{result.level.rate:,.0f}/s" if load is None else f"{load:.0%}"
@@ -271,6 +290,7 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
     if results.profiled is not None and results.profiled.profile is not None:
         lines += profile_section(results.profiled, results.profiled.profile)
     lines += latency_section(results.latency, results.latency_basis, results.level_seconds)
+    lines += wait_section(results.wait_profile, results.wait_rate, results.level_seconds)
     lines += section(
         "Two workers against one",
         "Workers of one app started at once over the same pre-produced input, the longest"

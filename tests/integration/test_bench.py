@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
+from bench.latency import WAIT_PARTS
+
 pytestmark = pytest.mark.broker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,9 +87,9 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     latency = table_rows(report, "Latency under load")
     # Each app at each level (50% of the smoke basis, then a fixed 1,000/s), side by side.
     apps = [
-        ["pairstream default", "0.5"],
-        ["pairstream low latency", "0.1"],
-        ["Quix Streams", "0.5"],
+        ["pairstream default", "0.05"],
+        ["pairstream low latency", "0.02"],
+        ["Quix Streams", "0.05"],
     ]
     assert [row[:4] for row in latency] == [
         *(["50%", "500", *app] for app in apps),
@@ -96,6 +98,12 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     for row in latency:
         pairs, p50, p90, p99, worst = (number(cell) for cell in row[4:])
         assert pairs > 0 and 0 < p50 <= p90 <= p99 <= worst
+    parts = table_rows(report, "Where a pair's time goes")
+    assert [row[0] for row in parts] == list(WAIT_PARTS)
+    for row in parts:
+        p50, p90, p99 = (float(cell) for cell in row[1:])
+        assert p50 <= p90 <= p99  # pairing's own read can come before ours: not all above 0
+    assert number(parts[1][1]) > 0 and number(parts[3][1]) > 0  # a commit takes time
     [workers] = table_rows(report, "Two workers against one")
     assert workers[:2] == ["2", "1"]
     # 3,000 events at 1 s commits: all committed at once, no steady rate to read.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.latency import LatencyResult, Level, levels
+from bench.latency import WAIT_PARTS, LatencyResult, Level, Timings, levels, wait_profile
 from bench.measure import Samples, median
 from bench.pairstream import PairstreamResult, discard_run, worker_run
 from bench.profile import Profile
@@ -182,7 +182,7 @@ def test_the_latency_table_has_each_app_beside_the_others_at_each_level() -> Non
     lines = latency_section(measured, 10_000.0, 30.0)
     text = "\n".join(lines)
     assert "shares of 10,000 events/s" in text
-    assert "commit interval 0.1 s, `PAIRSTREAM_FETCH_MIN_BYTES=1`" in text
+    assert "commit interval 0.02 s, `PAIRSTREAM_FETCH_MAX_WAIT_SECONDS=0.01`" in text
     assert lines[-8] == (
         "| level | events/s offered | app | commit interval (s) | pairs | p50 (s) | p90 (s)"
         " | p99 (s) | max (s) |"
@@ -195,3 +195,24 @@ def test_the_latency_table_has_each_app_beside_the_others_at_each_level() -> Non
         "| 75% | 7,500 | pairstream low latency | 0.1 | 10 | 0.250 | 0.500 | 0.400 | 2.000 |",
         "| 75% | 7,500 | Quix Streams | 0.5 | 10 | 0.250 | 0.500 | 1.500 | 2.000 |",
     ]
+
+
+def test_a_pair_s_time_is_split_at_its_records_timestamps_and_reads() -> None:
+    # Monotonic clock 100 s behind the wall clock. Pair A-1: sent at 1.0, ingest wrote its
+    # later event at 101.01 and ours read it at 101.05, pairing wrote the pair at 101.06,
+    # ours read the pair at 1.10. Pair A-2 likewise, slower; A-3's keyed records unseen.
+    timings = Timings(
+        pairs=[("A-1", 1.0, 1.10), ("A-2", 2.0, 2.40), ("A-3", 3.0, 3.1)],
+        keyed={b"k1": (101.01, 101.05), b"k2": (102.10, 102.20)},
+        made={"A-1": (b"k1", 101.06), "A-2": (b"k2", 102.30), "A-3": (b"k3", 103.05)},
+    )
+    parts = wait_profile(timings, 100.0)
+    assert [p.part for p in parts] == list(WAIT_PARTS)
+    assert [round(p.p50, 3) for p in parts] == [0.1, 0.1, 0.1, 0.1]  # the upper of two: A-2's
+    assert [round(p.p99, 3) for p in parts] == [0.1, 0.1, 0.1, 0.1]
+    alone = wait_profile(
+        Timings(pairs=timings.pairs[:1], keyed=timings.keyed, made=timings.made), 100.0
+    )
+    assert [round(p.p50, 3) for p in alone] == [0.01, 0.04, 0.01, 0.04]
+    with pytest.raises(RuntimeError, match="keyed records"):
+        wait_profile(Timings(pairs=[("A-3", 3.0, 3.1)], made=timings.made), 100.0)
