@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiokafka.errors import ProducerFenced
+from aiokafka.structs import TopicPartition
 from faust.types import TP, AppT
 
 from app.exactly_once import internals
@@ -107,12 +108,17 @@ async def end_transactions(
     faust's commit answered True when fenced, and our local state then applied the
     aborted transaction's writes."""
     tid = worker_transactional_id(app)
+    # aiokafka takes only its own TopicPartition; faust's TP is an equal tuple, and is what
+    # the partitions a commit adds of its own (commit_partitions) are named by.
+    by_partition = {
+        TopicPartition(tp.topic, tp.partition): offset for tp, offset in offsets.items()
+    }
     # Past the transaction timeout the broker has aborted it: the commit never ends.
     watchdog = asyncio.timeout(settings().transaction_timeout_seconds)
     try:
         async with watchdog:
             await producer.commit_transactions(
-                {tid: offsets}, app.conf.id, start_new_transaction=start_new_transaction
+                {tid: by_partition}, app.conf.id, start_new_transaction=start_new_transaction
             )
     except (ProducerFenced, *NOT_A_CURRENT_MEMBER) as exc:
         log.warning("commit failed, this worker is fenced: %r", exc)
