@@ -336,10 +336,11 @@ async def run_wait_profile(
     keyed = committed_reader(bootstrap, conf.keyed_topic)
     pairs = committed_reader(bootstrap, conf.pairs_topic)
     timings = Timings()
-    reading = asyncio.ensure_future(timed_keyed(keyed, timings))
     wall_minus_monotonic = time.time() - time.monotonic()
+    reading: asyncio.Future[None] | None = None
     try:
         await asyncio.gather(keyed.start(), pairs.start())
+        reading = asyncio.ensure_future(timed_keyed(keyed, timings))
         await wait_ready(log_path, worker)
         await measure_levels(
             bootstrap,
@@ -351,9 +352,10 @@ async def run_wait_profile(
             timings,
         )
     finally:
-        reading.cancel()
-        with suppress(asyncio.CancelledError):
-            await reading
+        if reading is not None:
+            reading.cancel()
+            with suppress(asyncio.CancelledError):
+                await reading
         await asyncio.gather(keyed.stop(), pairs.stop())
         stop_worker(worker)
     await run.discard()
@@ -406,8 +408,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=25.0, help="of load (default 25)")
     parser.add_argument("--commit-interval", type=float, default=DEFAULT_COMMIT_INTERVAL)
     parser.add_argument("--bootstrap", required=True, help="a running broker")
+    parser.add_argument(
+        "--wait-profile", action="store_true", help="where a pair's time goes, in four parts"
+    )
     args = parser.parse_args(argv)
     setup = Setup("pairstream", args.commit_interval)
+    if args.wait_profile:
+        level = Level(args.rate)
+        parts = asyncio.run(run_wait_profile(args.bootstrap, setup, level, args.seconds))
+        for part in parts:
+            print(f"{part.part}: p50 {part.p50:.3f} s, p90 {part.p90:.3f} s, p99 {part.p99:.3f} s")
+        return
     [result] = asyncio.run(run_latency(args.bootstrap, setup, [Level(args.rate)], args.seconds))
     print(
         f"{args.rate:,.0f} events/s offered, {result.pairs} pairs measured:"
