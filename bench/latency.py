@@ -9,10 +9,12 @@ import argparse
 import asyncio
 import itertools
 import json
+import math
+import os
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -24,7 +26,8 @@ from app.kafka.admin import ensure_topics
 from app.kafka.connection import KafkaConnection
 from app.settings import Settings
 from bench.ceiling import BatchedSink
-from bench.pairstream import discard_run, worker_run
+from bench.measure import CpuShares, listening_pid
+from bench.pairstream import WorkerRun, discard_run, worker_commits, worker_run
 from bench.quix import committed_reader, start_app, state_dir
 from bench.workload import INPUT_PARTITIONS, create_topic, delete_topics
 from tools.demo import start_worker, stop_worker, wait_ready
@@ -82,6 +85,16 @@ QUIX = Setup("Quix Streams", DEFAULT_COMMIT_INTERVAL)  # its own defaults beside
 
 
 @dataclass(frozen=True)
+class Watched:
+    """What a level's load is watched for besides latency: the CPU of the app, the
+    broker and this process (the load and the reader), by those names; and, for a
+    pairstream worker, its commits so far and their seconds in all."""
+
+    pids: dict[str, int]
+    commits: Callable[[], Awaitable[tuple[int, float]]] | None = None
+
+
+@dataclass(frozen=True)
 class LatencyResult:
     app: str
     commit_interval: float
@@ -91,6 +104,11 @@ class LatencyResult:
     p90: float
     p99: float
     max: float
+    # While the level's load was offered: each watched process's CPU, as a share of one
+    # core; the worker's commits a second and their mean duration (None for Quix).
+    cpu: dict[str, float]
+    commit_rate: float | None
+    commit_mean: float | None
 
 
 @dataclass(frozen=True)
@@ -185,6 +203,7 @@ async def measure_levels(
     setup: Setup,
     offered: list[Level],
     seconds: float,
+    watched: Watched,
     timings: Timings | None = None,
 ) -> list[LatencyResult]:
     """Each level in turn into `topic`, a running app's input, for `seconds`; `pairs`
@@ -205,8 +224,18 @@ async def measure_levels(
         await visible([first_pair], seen, READY_SECONDS, reading)
         results = []
         first = 1
+        cpu = CpuShares(watched.pids)
         for level in offered:
+            commits_before = await watched.commits() if watched.commits else None
+            cpu.start()
             sent = await offer(producer, topic, level.rate, seconds, first)
+            shares = cpu.shares()
+            commit_rate = commit_mean = None
+            if watched.commits and commits_before:
+                count, total = await watched.commits()
+                done = count - commits_before[0]
+                commit_rate = done / seconds
+                commit_mean = (total - commits_before[1]) / done if done else math.nan
             first += len(sent)
             measured = list(sent.items())[int(len(sent) * WARM_UP / seconds) :]
             await visible([key for key, _ in measured], seen, DRAIN_SECONDS, reading)
@@ -223,6 +252,9 @@ async def measure_levels(
                     percentile(ordered, 0.9),
                     percentile(ordered, 0.99),
                     ordered[-1],
+                    shares,
+                    commit_rate,
+                    commit_mean,
                 )
             )
         return results
@@ -302,6 +334,16 @@ def wait_profile(timings: Timings, wall_minus_monotonic: float) -> list[WaitPart
     ]
 
 
+def watched_pids(bootstrap: str, app: int) -> dict[str, int]:
+    """The app, the broker (when it runs here) and this process."""
+    broker = listening_pid(int(bootstrap.split(",")[0].rpartition(":")[2]))
+    return {"app": app, **({"broker": broker} if broker else {}), "load": os.getpid()}
+
+
+def worker_watched(bootstrap: str, pid: int, run: WorkerRun) -> Watched:
+    return Watched(watched_pids(bootstrap, pid), lambda: worker_commits(run.stats_url))
+
+
 async def run_latency(
     bootstrap: str, setup: Setup, offered: list[Level], seconds: float
 ) -> list[LatencyResult]:
@@ -315,7 +357,13 @@ async def run_latency(
         await wait_ready(log_path, worker)
         async with OutputReader(conf) as reader:
             results = await measure_levels(
-                bootstrap, conf.events_topic, pairstream_pairs(reader), setup, offered, seconds
+                bootstrap,
+                conf.events_topic,
+                pairstream_pairs(reader),
+                setup,
+                offered,
+                seconds,
+                worker_watched(bootstrap, worker.pid, run),
             )
     finally:
         stop_worker(worker)
@@ -349,6 +397,7 @@ async def run_wait_profile(
             setup,
             [level],
             seconds,
+            worker_watched(bootstrap, worker.pid, run),
             timings,
         )
     finally:
@@ -384,7 +433,13 @@ async def run_quix_latency(
     try:
         await consumer.start()
         results = await measure_levels(
-            bootstrap, source, quix_pairs(consumer), setup, offered, seconds
+            bootstrap,
+            source,
+            quix_pairs(consumer),
+            setup,
+            offered,
+            seconds,
+            Watched(watched_pids(bootstrap, app.pid)),
         )
     except RuntimeError as exc:
         raise RuntimeError(f"{exc}; see {log_path}") from exc
@@ -423,7 +478,10 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"{args.rate:,.0f} events/s offered, {result.pairs} pairs measured:"
         f" p50 {result.p50:.3f} s, p90 {result.p90:.3f} s, p99 {result.p99:.3f} s,"
-        f" max {result.max:.3f} s"
+        f" max {result.max:.3f} s; CPU (share of a core): "
+        + ", ".join(f"{name} {share:.0%}" for name, share in result.cpu.items())
+        + f"; {result.commit_rate or math.nan:.1f} commits/s,"
+        f" {result.commit_mean or math.nan:.3f} s each"
     )
 
 

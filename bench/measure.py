@@ -6,8 +6,10 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -17,6 +19,57 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
+def listening_pid(port: int) -> int | None:
+    """The process here that listens on TCP `port` (from /proc), if this user sees it."""
+    sockets = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for row in rows:
+            local, state, inode = (row.split()[i] for i in (1, 3, 9))
+            if state == "0A" and int(local.rpartition(":")[2], 16) == port:  # 0A: LISTEN
+                sockets.add(f"socket:[{inode}]")
+    for process in Path("/proc").iterdir() if sockets else ():
+        if not process.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in sockets for fd in (process / "fd").iterdir()):
+                return int(process.name)
+        except OSError:  # gone, or not ours to read
+            continue
+    return None
+
+
+class CpuShares:
+    """The CPU each of some processes used from `start()` on, as a share of one core
+    (NaN for one that ended meanwhile)."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self._pids = pids
+        self._began = time.monotonic()
+        self._before: dict[str, float] = {}
+
+    def start(self) -> None:
+        self._began = time.monotonic()
+        self._before = {name: _cpu_or_nan(pid) for name, pid in self._pids.items()}
+
+    def shares(self) -> dict[str, float]:
+        elapsed = time.monotonic() - self._began
+        return {
+            name: (_cpu_or_nan(pid) - self._before[name]) / elapsed
+            for name, pid in self._pids.items()
+        }
+
+
+def _cpu_or_nan(pid: int) -> float:
+    try:
+        return cpu_seconds(pid)
+    except (FileNotFoundError, ProcessLookupError):
+        return math.nan
 
 
 def median(rates: Iterable[float]) -> float:

@@ -90,6 +90,14 @@ def worker_run(
     return WorkerRun(conf, log_path, f"http://127.0.0.1:{port}/stats", extra or {})
 
 
+async def worker_commits(url: str) -> tuple[int, float]:
+    """The worker's commits so far and their seconds in all, per its /stats."""
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        stats = await response.json()
+    commits = stats["worker"]["commit_seconds"]
+    return commits["count"], commits["sum"]
+
+
 async def through_pairing(url: str) -> int:
     """Keyed events the pairing stage has processed, per the worker's /stats."""
     async with aiohttp.ClientSession() as session, session.get(url) as response:

@@ -214,13 +214,25 @@ def latency_section(
         f" {PAIRSTREAM_DEFAULT.commit_interval:g} s); {PAIRSTREAM_LOW_LATENCY.app}:"
         f" commit interval {PAIRSTREAM_LOW_LATENCY.commit_interval:g} s, {low}, the rest"
         f" defaults; {QUIX.app}: the peer below at commit interval {QUIX.commit_interval:g} s,"
-        " the rest its own defaults.",
+        " the rest its own defaults. While each level's load was offered: the CPU of the"
+        " app's process, the broker's and the load's (the process that offers it and reads"
+        " the outputs), each as a share of one core of this machine's"
+        f" {os.cpu_count()}; and the worker's commits (its /stats).",
         ["level", "events/s offered", "app", "commit interval (s)", "pairs", "p50 (s)",
-         "p90 (s)", "p99 (s)", "max (s)"],
+         "p90 (s)", "p99 (s)", "max (s)", "CPU: app / broker / load", "commits/s",
+         "mean commit (s)"],
         [[level_name(r), f"{r.level.rate:,.0f}", r.app, f"{r.commit_interval:g}",
-          f"{r.pairs:,}", f"{r.p50:.3f}", f"{r.p90:.3f}", f"{r.p99:.3f}", f"{r.max:.3f}"]
+          f"{r.pairs:,}", f"{r.p50:.3f}", f"{r.p90:.3f}", f"{r.p99:.3f}", f"{r.max:.3f}",
+          " / ".join(share(r.cpu.get(name)) for name in ("app", "broker", "load")),
+          "" if r.commit_rate is None else f"{r.commit_rate:.1f}",
+          "" if r.commit_mean is None else f"{r.commit_mean:.3f}"]
          for r in sorted(measured, key=lambda r: r.level.rate)],
     )  # fmt: skip
+
+
+def share(cpu: float | None) -> str:
+    """A share of one core, or a dash when not measured."""
+    return "-" if cpu is None or math.isnan(cpu) else f"{cpu:.0%}"
 
 
 def wait_section(parts: list[WaitPart], offered: float | None, level_seconds: float) -> list[str]:

@@ -25,9 +25,9 @@ from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
+from app.exactly_once.stats import Durations
 from app.settings import Settings
 from delivery.client import ApiClient
-from delivery.latency import Latency
 from delivery.rules import (
     Answer,
     Entry,
@@ -99,7 +99,7 @@ class Dispatcher:
         self._in_flight: set[asyncio.Future[None]] = set()
         self._random = random.Random()
         self.counts: Counter[str] = Counter()  # this process's calls, as they happen
-        self.latency = Latency()
+        self.latency = Durations()
         self._calls = 0
 
     # --- partitions ---------------------------------------------------------------

@@ -84,6 +84,11 @@ class WorkerCollector(Collector):
         for entry in status["processing_errors"]["partitions"]:
             errors.add_metric([entry["topic"], str(entry["partition"])], entry["count"])
         yield errors
+        yield _histogram(
+            "pairstream_commit_seconds",
+            "Duration of this worker's commits (one transaction for all its partitions)",
+            worker["commit_seconds"],
+        )
         if "delivery" in status:
             yield from _delivery_metrics(status["delivery"])
 
@@ -157,13 +162,19 @@ def _delivery_metrics(delivery: dict[str, Any]) -> Iterator[Metric]:
         "outcome",
         delivery["recorded"],
     )
-    latency = delivery["latency"]
-    buckets = [(str(bound), count) for bound, count in latency["buckets"].items()]
-    yield HistogramMetricFamily(
-        "pairstream_delivery_call_seconds",
-        "Duration of HTTP calls to the API",
-        buckets=[*buckets, ("+Inf", latency["count"])],
-        sum_value=latency["sum"],
+    yield _histogram(
+        "pairstream_delivery_call_seconds", "Duration of HTTP calls to the API", delivery["latency"]
+    )
+
+
+def _histogram(name: str, help_text: str, durations: dict[str, Any]) -> HistogramMetricFamily:
+    """A Prometheus histogram of `Durations.status()`."""
+    buckets = [(str(bound), count) for bound, count in durations["buckets"].items()]
+    return HistogramMetricFamily(
+        name,
+        help_text,
+        buckets=[*buckets, ("+Inf", durations["count"])],
+        sum_value=durations["sum"],
     )
 
 

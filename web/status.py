@@ -68,6 +68,7 @@ def worker_status() -> dict[str, Any]:
                 for topic, rate in sorted(stats.throughput.items())
             },
             "skipped": dict(stats.process),
+            "commit_seconds": stats.commits.status(),
         },
         "totals": {**totals(partitions), "processing_errors": errors["total"]},
         "partitions": partitions,

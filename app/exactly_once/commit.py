@@ -54,6 +54,7 @@ async def commit_partitions(
     left out could add records to it that the offsets it commits do not cover."""
     tasks: PartitionTasks = consumer.tasks
     tps = sorted({*tps, *(task.tp for task in tasks)})
+    began = time.monotonic()
     async with tasks.committing(tps) as committing:
         before = {tp: internals.committed_offset(consumer, tp) for tp in tps}
         try:
@@ -78,6 +79,8 @@ async def commit_partitions(
         except Exception as exc:
             await _crash_if_held(app, committing, exc)
             raise
+        if result:
+            tasks.stats.commits.observe(time.monotonic() - began)
         return result
 
 

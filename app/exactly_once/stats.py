@@ -1,6 +1,6 @@
 """What this worker process has done since it started: counters per source
-partition, throughput, commit times. Updated once per acked event (a few dict
-increments), read by the web views."""
+partition, throughput, commit times and durations. Updated once per acked event (a few
+dict increments) and once per commit, read by the web views."""
 
 from __future__ import annotations
 
@@ -42,6 +42,32 @@ class Throughput:
         return total / window
 
 
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Durations:
+    """A cumulative histogram of durations in seconds, in Prometheus' shape."""
+
+    def __init__(self) -> None:
+        self.buckets = [0] * len(DURATION_BUCKETS)
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.count += 1
+        self.sum += seconds
+        for i, bound in enumerate(DURATION_BUCKETS):
+            if seconds <= bound:
+                self.buckets[i] += 1
+
+    def status(self) -> dict[str, object]:
+        return {
+            "buckets": dict(zip(DURATION_BUCKETS, self.buckets, strict=True)),
+            "count": self.count,
+            "sum": self.sum,
+        }
+
+
 class Stats:
     def __init__(self) -> None:
         self.started_at = time.time()
@@ -49,6 +75,9 @@ class Stats:
         self.process: Counter[str] = Counter()  # not tied to a partition (e.g. skips)
         self.throughput: defaultdict[str, Throughput] = defaultdict(Throughput)  # by topic
         self.last_commit_at: dict[TP, float] = {}
+        # Each commit that committed, from taking its partitions to sending what steps
+        # made meanwhile: what a record waits on top of the commit interval.
+        self.commits = Durations()
 
     def processed(self, tp: TP, counts: Counter[str], now: float, records: int = 1) -> None:
         """An event of tp (or a run of `records`) was acked with what it sent; `counts`

@@ -96,8 +96,14 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
         *(["1,000/s", "1,000", *app] for app in apps),
     ]
     for row in latency:
-        pairs, p50, p90, p99, worst = (number(cell) for cell in row[4:])
+        pairs, p50, p90, p99, worst = (number(cell) for cell in row[4:9])
         assert pairs > 0 and 0 < p50 <= p90 <= p99 <= worst
+        app, broker, load = (number(cell.rstrip("%")) for cell in row[9].split(" / "))
+        assert app > 0 and broker > 0 and load > 0  # the broker runs here: seen too
+        if row[2].startswith("pairstream"):  # its commits, from the worker's /stats
+            assert number(row[10]) > 0 and 0 < number(row[11]) < 10
+        else:
+            assert row[10:] == ["", ""]
     parts = table_rows(report, "Where a pair's time goes")
     assert [row[0] for row in parts] == list(WAIT_PARTS)
     for row in parts:

@@ -155,6 +155,11 @@ async def test_stats_add_up_to_what_was_produced(one_worker: Processed) -> None:
     assert worker["event_loop"] == "uvloop.Loop"  # the default, chosen by the app
     assert worker["state_disk_bytes"] > 0
     assert set(worker["throughput"]) == {conf.events_topic, conf.keyed_topic}
+    commits = worker["commit_seconds"]
+    # Every partition's last commit counted; a cumulative histogram.
+    assert commits["count"] > 0 and 0 < commits["sum"] < commits["count"] * 10
+    counts = list(commits["buckets"].values())
+    assert counts == sorted(counts) and counts[-1] <= commits["count"]
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -173,6 +178,7 @@ async def test_prometheus_metrics_parse_and_match_the_stats(one_worker: Processe
     assert samples[("pairstream_unpaired_events_total", "expired")] == want["expired"]
     assert samples[("pairstream_unpaired_events_total", "late")] == want["late"]
     assert samples[("pairstream_pending_events", "")] == want["pending"]
+    assert samples[("pairstream_commit_seconds_count", "")] > 0
     # faust's own sensor only with PAIRSTREAM_FAUST_SENSOR (tests/unit/test_app_config.py)
     assert not any(name.startswith("faust_") for name, _ in samples)
 

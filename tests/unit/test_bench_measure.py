@@ -1,16 +1,20 @@
 """The figures the benchmarks report: the steady rate from (seconds, records done)
-samples, and the results of parts of the suite run apart."""
+samples, the CPU of the processes a latency level runs on, and the results of parts of
+the suite run apart."""
 
 from __future__ import annotations
 
 import math
 import os
+import socket
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from bench.latency import WAIT_PARTS, LatencyResult, Level, Timings, levels, wait_profile
-from bench.measure import Samples, median
+from bench.measure import CpuShares, Samples, listening_pid, median
 from bench.pairstream import PairstreamResult, discard_run, worker_run
 from bench.profile import Profile
 from bench.quix import QuixResult
@@ -22,6 +26,7 @@ from bench.report import (
     run_numbers,
     transactions_section,
 )
+from bench.report import share as report_share
 from bench.restart import RestartResult
 
 
@@ -48,8 +53,12 @@ def test_no_rate_without_a_sample_before_the_marks() -> None:
 
 def test_parts_run_apart_come_together_in_one_report() -> None:
     # A smoke run measures each part in a process of its own (bench/__main__.py).
-    low = LatencyResult("pairstream default", 0.5, Level(100.0, 0.25), 10, 0.5, 0.8, 0.9, 1.0)
-    high = LatencyResult("pairstream default", 0.5, Level(300.0, 0.75), 30, 0.6, 0.9, 1.0, 1.2)
+    low = LatencyResult(
+        "pairstream default", 0.5, Level(100.0, 0.25), 10, 0.5, 0.8, 0.9, 1.0, {}, None, None
+    )
+    high = LatencyResult(
+        "pairstream default", 0.5, Level(300.0, 0.75), 30, 0.6, 0.9, 1.0, 1.2, {}, None, None
+    )
     restart = RestartResult(3_000, 5.0, 90.0, 2.0, 3.0, 4.0, 5.0, 6.0)
     results = Results(level_seconds=8.0)
     results.add(Results(level_seconds=8.0, latency=[low, high], latency_basis=400.0))
@@ -168,7 +177,13 @@ def test_latency_levels_are_fixed_rates_and_shares_of_the_maximum_by_rate() -> N
 
 def test_the_latency_table_has_each_app_beside_the_others_at_each_level() -> None:
     def run(app: str, interval: float, level: Level, p99: float) -> LatencyResult:
-        return LatencyResult(app, interval, level, 10, 0.25, 0.5, p99, 2.0)
+        if app.startswith("pairstream"):  # the worker's CPU and commits, the broker unseen
+            cpu, commit_rate, commit_mean = {"app": 0.8, "load": 0.255}, 12.5, 0.041
+            return LatencyResult(
+                app, interval, level, 10, 0.25, 0.5, p99, 2.0, cpu, commit_rate, commit_mean
+            )
+        cpu = {"app": 1.0, "broker": 0.3, "load": math.nan}
+        return LatencyResult(app, interval, level, 10, 0.25, 0.5, p99, 2.0, cpu, None, None)
 
     low, high = Level(1_000.0), Level(7_500.0, 0.75)
     measured = [  # as the part runs them: one app over all its levels at a time
@@ -183,17 +198,20 @@ def test_the_latency_table_has_each_app_beside_the_others_at_each_level() -> Non
     text = "\n".join(lines)
     assert "shares of 10,000 events/s" in text
     assert "commit interval 0.02 s, `PAIRSTREAM_FETCH_MAX_WAIT_SECONDS=0.01`" in text
+    assert f"a share of one core of this machine's {os.cpu_count()}" in text
     assert lines[-8] == (
         "| level | events/s offered | app | commit interval (s) | pairs | p50 (s) | p90 (s)"
-        " | p99 (s) | max (s) |"
+        " | p99 (s) | max (s) | CPU: app / broker / load | commits/s | mean commit (s) |"
     )
+    ours, quix = "80% / - / 26% | 12.5 | 0.041 |", "100% / 30% / - |  |  |"
+    figures = "| 10 | 0.250 | 0.500 |"
     assert lines[-6:] == [
-        "| 1,000/s | 1,000 | pairstream default | 0.5 | 10 | 0.250 | 0.500 | 0.600 | 2.000 |",
-        "| 1,000/s | 1,000 | pairstream low latency | 0.1 | 10 | 0.250 | 0.500 | 0.200 | 2.000 |",
-        "| 1,000/s | 1,000 | Quix Streams | 0.5 | 10 | 0.250 | 0.500 | 0.700 | 2.000 |",
-        "| 75% | 7,500 | pairstream default | 0.5 | 10 | 0.250 | 0.500 | 0.900 | 2.000 |",
-        "| 75% | 7,500 | pairstream low latency | 0.1 | 10 | 0.250 | 0.500 | 0.400 | 2.000 |",
-        "| 75% | 7,500 | Quix Streams | 0.5 | 10 | 0.250 | 0.500 | 1.500 | 2.000 |",
+        f"| 1,000/s | 1,000 | pairstream default | 0.5 {figures} 0.600 | 2.000 | {ours}",
+        f"| 1,000/s | 1,000 | pairstream low latency | 0.1 {figures} 0.200 | 2.000 | {ours}",
+        f"| 1,000/s | 1,000 | Quix Streams | 0.5 {figures} 0.700 | 2.000 | {quix}",
+        f"| 75% | 7,500 | pairstream default | 0.5 {figures} 0.900 | 2.000 | {ours}",
+        f"| 75% | 7,500 | pairstream low latency | 0.1 {figures} 0.400 | 2.000 | {ours}",
+        f"| 75% | 7,500 | Quix Streams | 0.5 | 10 | 0.250 | 0.500 | 1.500 | 2.000 | {quix}",
     ]
 
 
@@ -216,3 +234,27 @@ def test_a_pair_s_time_is_split_at_its_records_timestamps_and_reads() -> None:
     assert [round(p.p50, 3) for p in alone] == [0.01, 0.04, 0.01, 0.04]
     with pytest.raises(RuntimeError, match="keyed records"):
         wait_profile(Timings(pairs=[("A-3", 3.0, 3.1)], made=timings.made), 100.0)
+
+
+def test_the_process_listening_on_a_port_is_found() -> None:
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        port = listening.getsockname()[1]
+        assert listening_pid(port) is None  # bound, not listening yet
+        listening.listen()
+        assert listening_pid(port) == os.getpid()
+
+
+def test_cpu_shares_are_of_one_core_and_nan_for_an_ended_process() -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    cpu = CpuShares({"here": os.getpid(), "gone": gone.pid})
+    cpu.start()
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:  # busy: this process's CPU grows
+        pass
+    shares = cpu.shares()
+    assert 0.3 < shares["here"] <= 1.5
+    assert math.isnan(shares["gone"])
+    assert (report_share(shares["gone"]), report_share(None)) == ("-", "-")
+    assert report_share(0.456) == "46%"
