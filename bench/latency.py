@@ -231,7 +231,7 @@ async def measure_levels(
             sent = await offer(producer, topic, level.rate, seconds, first)
             shares = cpu.shares()
             commit_rate = commit_mean = None
-            if watched.commits and commits_before:
+            if watched.commits and commits_before is not None:
                 count, total = await watched.commits()
                 done = count - commits_before[0]
                 commit_rate = done / seconds

