@@ -101,7 +101,7 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
         app, broker, load = (number(cell.rstrip("%")) for cell in row[9].split(" / "))
         assert app > 0 and broker > 0 and load > 0  # the broker runs here: seen too
         if row[2].startswith("pairstream"):  # its commits, from the worker's /stats
-            assert number(row[10]) > 0 and 0 < number(row[11]) < 10
+            assert number(row[10]) > 0 and number(row[11]) > 0
         else:
             assert row[10:] == ["", ""]
     parts = table_rows(report, "Where a pair's time goes")

@@ -157,7 +157,7 @@ async def test_stats_add_up_to_what_was_produced(one_worker: Processed) -> None:
     assert set(worker["throughput"]) == {conf.events_topic, conf.keyed_topic}
     commits = worker["commit_seconds"]
     # Every partition's last commit counted; a cumulative histogram.
-    assert commits["count"] > 0 and 0 < commits["sum"] < commits["count"] * 10
+    assert commits["count"] > 0 and commits["sum"] > 0
     counts = list(commits["buckets"].values())
     assert counts == sorted(counts) and counts[-1] <= commits["count"]
 
