@@ -12,6 +12,7 @@ import uuid
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -90,18 +91,22 @@ def worker_run(
     return WorkerRun(conf, log_path, f"http://127.0.0.1:{port}/stats", extra or {})
 
 
+async def worker_stats(url: str) -> dict[str, Any]:
+    """The worker's /stats."""
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        stats: dict[str, Any] = await response.json()
+    return stats
+
+
 async def worker_commits(url: str) -> tuple[int, float]:
     """The worker's commits so far and their seconds in all, per its /stats."""
-    async with aiohttp.ClientSession() as session, session.get(url) as response:
-        stats = await response.json()
-    commits = stats["worker"]["commit_seconds"]
+    commits = (await worker_stats(url))["worker"]["commit_seconds"]
     return commits["count"], commits["sum"]
 
 
 async def through_pairing(url: str) -> int:
     """Keyed events the pairing stage has processed, per the worker's /stats."""
-    async with aiohttp.ClientSession() as session, session.get(url) as response:
-        stats = await response.json()
+    stats = await worker_stats(url)
     keyed = os.environ["PAIRSTREAM_KEYED_TOPIC"]
     return sum(
         p["counters"]["events_in"]
