@@ -20,7 +20,7 @@ from app.kafka.admin import ensure_topics
 from app.settings import Settings
 from bench import profile
 from bench.measure import Samples, cpu_seconds
-from bench.stalls import log_tail, stalled_worker
+from bench.stalls import log_excerpt, stalled_worker
 from bench.workload import INPUT_PARTITIONS, delete_topics, pre_produce
 from tools.demo import run_settings, start_worker, stop_worker, wait_ready
 from tools.generate import Record
@@ -150,7 +150,7 @@ async def run_worker(
                     raise
                 raise RuntimeError(
                     f"the worker exited ({worker.returncode}) after {done} of {len(records)}"
-                    f" events; the end of its log:\n{log_tail(log_path)}"
+                    f" events; its log:\n{log_excerpt(log_path)}"
                 ) from None
             elapsed = time.monotonic() - started
             progress.samples.append((elapsed, done))

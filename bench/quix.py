@@ -24,6 +24,7 @@ from aiokafka.errors import KafkaError
 from app.kafka.connection import KafkaConnection
 from bench.measure import Samples, cpu_seconds
 from bench.pairstream import discard_run
+from bench.stalls import log_excerpt
 from bench.workload import create_topic, delete_topics
 from tools.generate import Record
 
@@ -105,7 +106,9 @@ async def committed_until_every_pair(
         progress.samples.append((elapsed, sum(n for t, n in summed.items() if counted(t))))
         for process, log_path in processes:
             if process.poll() is not None:
-                raise RuntimeError(f"exited {process.returncode}; see {log_path}")
+                raise RuntimeError(
+                    f"exited {process.returncode}; {log_path}:\n{log_excerpt(log_path)}"
+                )
         if elapsed > timeout:
             raise TimeoutError(f"{seen[0]} of {wanted} pairs in {elapsed:.0f} s")
         await asyncio.sleep(0.25)

@@ -14,6 +14,7 @@ from pathlib import Path
 TASK = re.compile(r"^Stack for <Task \w+ name='(?P<name>[^']*)'")
 FRAME = re.compile(r'^  File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
 WAITS = ("commit", "flush")
+ERROR = re.compile(r"\[(ERROR|CRITICAL)\]|^Traceback \(")
 # The project's top packages: a frame in one of them is ours.
 PACKAGES = frozenset(
     {"agents", "analytics", "app", "bench", "delivery", "pairing", "tables", "tools", "web"}
@@ -31,8 +32,18 @@ def stalled_worker(pid: int, log_path: Path, wait: float = 3.0) -> str:
     return "\n".join([f"== waiting tasks of worker {pid} (all: {log_path})", *waiting(dump)])
 
 
-def log_tail(log_path: Path, lines: int = 30) -> str:
-    return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
+def log_excerpt(log_path: Path, lines: int = 30) -> str:
+    """The first error in a worker's log with the lines after it, then the log's end: a
+    crash's cause is logged where it happens, often long before the shutdown that ends
+    the log (CI once showed only that shutdown)."""
+    text = log_path.read_text(errors="replace").splitlines()
+    tail = text[-lines:]
+    first = next((n for n, line in enumerate(text) if ERROR.search(line)), len(text))
+    if first >= len(text) - lines:  # no error, or one within the tail
+        return "\n".join(tail)
+    return "\n".join(
+        [f"(line {first + 1}: the first error)", *text[first : first + lines], "...", *tail]
+    )
 
 
 def waiting(dump: str) -> list[str]:

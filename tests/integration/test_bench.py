@@ -14,6 +14,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
 from bench.latency import WAIT_PARTS
+from bench.stalls import log_excerpt
 
 pytestmark = pytest.mark.broker
 
@@ -43,10 +44,10 @@ async def bench_topics(bootstrap: str) -> set[str]:
 
 
 def failure_report(done: subprocess.CompletedProcess[str], before: set[Path]) -> str:
-    """What a failed run said last, and the ends of the worker logs it kept: CI shows
-    the head and tail of a long failure, so the cause must be at the end."""
+    """What a failed run said last, and the first error and the end of each worker log it
+    kept: CI shows the head and tail of a long failure, so the cause must be at the end."""
     logs = sorted(set((ROOT / ".run").glob("bench-*.log")) - before)
-    tails = [f"--- {log.name}:\n" + "\n".join(log.read_text().splitlines()[-15:]) for log in logs]
+    tails = [f"--- {log.name}:\n{log_excerpt(log, lines=15)}" for log in logs]
     stderr = "\n".join(done.stderr.splitlines()[-30:])
     return "\n".join([f"exit status {done.returncode}; stdout:", done.stdout, *tails,
                       "--- the end of stderr:", stderr])  # fmt: skip

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from bench.stalls import waiting
+from pathlib import Path
+
+from bench.stalls import log_excerpt, waiting
 
 # The shape of mode's SIGUSR1 dump (mode.utils.logging.cry), cut down: a consumer commit
 # waiting on aiokafka, our commit handler asleep, an idle connection reader.
@@ -38,3 +40,27 @@ def test_tasks_in_a_commit_or_our_code_are_reported_one_line_each() -> None:
 def test_idle_library_tasks_are_left_out() -> None:
     idle = DUMP[DUMP.index("Stack for <Task pending name='Task-3'") :]
     assert waiting(idle) == []
+
+
+def test_a_crash_is_shown_from_its_first_error_and_the_log_from_its_end(tmp_path: Path) -> None:
+    log = tmp_path / "worker.log"
+    crash = "[2026-11-29 08:18:40,001] [1947] [ERROR] [^PairstreamWorker]: Crashed reason=X"
+    shutdown = [f"[INFO] [^--Service{n}]: Stopping..." for n in range(40)]
+    log.write_text("\n".join(["[INFO] ready", crash, "Traceback (most recent call last):",
+                              *shutdown, "[CRITICAL] We experienced a crash!"]))  # fmt: skip
+    excerpt = log_excerpt(log, lines=5).splitlines()
+    assert excerpt[:3] == ["(line 2: the first error)", crash, "Traceback (most recent call last):"]
+    assert excerpt[-6:] == ["...", *shutdown[-4:], "[CRITICAL] We experienced a crash!"]
+
+
+def test_a_log_without_an_error_before_its_end_is_shown_from_its_end(tmp_path: Path) -> None:
+    log = tmp_path / "worker.log"
+    lines = [f"[INFO] line {n}" for n in range(10)]
+    log.write_text("\n".join(lines))
+    assert log_excerpt(log, lines=3).splitlines() == lines[-3:]
+    log.write_text("\n".join([*lines, "[ERROR] at the end", "[INFO] stopped"]))
+    assert log_excerpt(log, lines=3).splitlines() == [
+        lines[-1],
+        "[ERROR] at the end",
+        "[INFO] stopped",
+    ]
