@@ -86,6 +86,20 @@ async def committed(admin: AIOKafkaAdminClient, group: str) -> dict[str, int]:
     return summed
 
 
+# What to do about the process at this index of the list, which exited.
+Exited = Callable[[int], None]
+
+
+def exited_at(processes: list[tuple[subprocess.Popen[bytes], Path]]) -> Exited:
+    """Fail: the process's exit code and its log."""
+
+    def fail(n: int) -> None:
+        process, log_path = processes[n]
+        raise RuntimeError(f"exited {process.returncode}; {log_path}:\n{log_excerpt(log_path)}")
+
+    return fail
+
+
 async def committed_until_every_pair(
     admin: AIOKafkaAdminClient,
     group: str,
@@ -95,20 +109,20 @@ async def committed_until_every_pair(
     wanted: int,
     started: float,
     timeout: float,
+    exited: Exited | None = None,
 ) -> Samples:
     """Sample `group`'s committed offsets on the topics `counted` names every 0.25 s until
-    `seen` (pairs visible) reaches `wanted`; a process that exits or a run past `timeout`
-    fails it at once."""
+    `seen` (pairs visible) reaches `wanted`. A process that exits is `exited`'s to handle
+    (by default it fails the run at once); a run past `timeout` fails."""
+    on_exit = exited or exited_at(processes)
     progress = Samples()
     while seen[0] < wanted:
         elapsed = time.monotonic() - started
         summed = await committed(admin, group)
         progress.samples.append((elapsed, sum(n for t, n in summed.items() if counted(t))))
-        for process, log_path in processes:
+        for n, (process, _) in enumerate(processes):
             if process.poll() is not None:
-                raise RuntimeError(
-                    f"exited {process.returncode}; {log_path}:\n{log_excerpt(log_path)}"
-                )
+                on_exit(n)
         if elapsed > timeout:
             raise TimeoutError(f"{seen[0]} of {wanted} pairs in {elapsed:.0f} s")
         await asyncio.sleep(0.25)

@@ -309,12 +309,15 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
         " commit interval (`bench/workers.py`). Steady: the group's committed offsets on the"
         " keyed topic (the pairing stage's input; transaction markers included), 10% to 90%;"
         " a rebalance can move a partition and its uncommitted work, so not /stats. CPU: all"
-        " the workers' processes. Pairs: visible to a read_committed consumer, against the"
-        " workload's own count. -: over before a steady rate could be read.",
+        " the workers' processes (of a restarted worker, its last). Pairs: visible to a"
+        " read_committed consumer, against the workload's own count. Restarts: workers that"
+        " exited on their own and were started again, as a supervisor would (the run prints"
+        " why). -: over before a steady rate could be read.",
         ["workers", "commit interval (s)", "steady events/s", "start to last pair (s)",
-         "workers' CPU (s)", "pairs / expected"],
+         "workers' CPU (s)", "pairs / expected", "restarts"],
         [[str(w.workers), f"{w.commit_interval:g}", rate(w.steady_rate),
-          f"{w.seconds:.1f}", f"{w.cpu_seconds:.1f}", f"{w.pairs:,} / {w.expected_pairs:,}"]
+          f"{w.seconds:.1f}", f"{w.cpu_seconds:.1f}", f"{w.pairs:,} / {w.expected_pairs:,}",
+          str(w.restarts)]
          for w in results.workers],
     )  # fmt: skip
     lines += section(

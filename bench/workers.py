@@ -4,7 +4,6 @@ worker (here, the machine's second core) adds, and whether the pairs stay the sa
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import time
 from contextlib import suppress
@@ -17,7 +16,14 @@ from app.kafka.admin import ensure_topics
 from app.kafka.connection import KafkaConnection
 from bench.measure import cpu_seconds
 from bench.pairstream import worker_run
-from bench.quix import committed, committed_until_every_pair, count_visible, expected_pairs
+from bench.quix import (
+    committed,
+    committed_until_every_pair,
+    count_visible,
+    exited_at,
+    expected_pairs,
+)
+from bench.stalls import log_excerpt
 from bench.workload import pre_produce
 from tools.demo import start_worker, stop_worker, wait_ready
 from tools.generate import Record
@@ -33,6 +39,7 @@ class WorkersResult:
     cpu_seconds: float  # of all the workers' processes
     pairs: int  # visible to a read_committed consumer
     expected_pairs: int
+    restarts: int  # workers that exited on their own and were started again
 
 
 async def run_workers(
@@ -51,25 +58,29 @@ async def run_workers(
     admin = AIOKafkaAdminClient(**KafkaConnection(bootstrap).aiokafka())
     await admin.start()
     processes: list[tuple[subprocess.Popen[bytes], Path]] = []
+    # Each worker its own state directory and web port; the rest is shared.
+    envs = [
+        {"PAIRSTREAM_DATA_DIR": f"{run.conf.data_dir}-{n}", "PAIRSTREAM_WEB_PORT": str(free_port())}
+        for n in range(workers)
+    ]
+    restarts = Restarts(processes, envs)
     started = time.monotonic()
     try:
-        for n in range(workers):
-            # Each worker its own state directory and web port; the rest is shared.
-            os.environ["PAIRSTREAM_DATA_DIR"] = f"{run.conf.data_dir}-{n}"
-            os.environ["PAIRSTREAM_WEB_PORT"] = str(free_port())
+        for n, env in enumerate(envs):
             log_path = run.log_path.with_name(f"{run.log_path.stem}-{n}.log")
-            processes.append((start_worker(log_path), log_path))
+            processes.append((start_worker(log_path, env), log_path))
         for process, log_path in processes:
             await wait_ready(log_path, process)
         keyed = run.conf.keyed_topic
         progress = await committed_until_every_pair(
-            admin, run.conf.app_id, keyed.__eq__, processes, seen, wanted, started, timeout
-        )
+            admin, run.conf.app_id, keyed.__eq__, processes, seen, wanted, started, timeout,
+            restarts.restart,
+        )  # fmt: skip
         seconds = time.monotonic() - started
         # The last keyed records are committed with or before the last pair.
         summed = await committed(admin, run.conf.app_id)
         progress.samples.append((seconds, summed.get(run.conf.keyed_topic, 0)))
-        cpu = sum(cpu_seconds(process.pid) for process, _ in processes)
+        cpu = sum(cpu_seconds(process.pid) for process, _ in processes)  # the live ones
         # A pair out twice (a rebalance that broke exactly-once) would come within a
         # commit or two of the last one.
         await asyncio.sleep(2 * commit_interval + 1)
@@ -89,4 +100,30 @@ async def run_workers(
         cpu,
         seen[0],
         wanted,
+        restarts.count,
     )
+
+
+@dataclass
+class Restarts:
+    """A worker that exits on its own is started again on its state directory, as a
+    supervisor would, at most `limit` times in a run; each is printed with its log and
+    counted in the report. Exactly-once must hold through it: the pairs are counted all
+    the same."""
+
+    processes: list[tuple[subprocess.Popen[bytes], Path]]
+    envs: list[dict[str, str]]
+    limit: int = 2
+    count: int = 0
+
+    def restart(self, n: int) -> None:
+        process, log_path = self.processes[n]
+        if self.count == self.limit:
+            exited_at(self.processes)(n)
+        self.count += 1
+        print(
+            f"worker {n} exited ({process.returncode}); started again. Its log:\n"
+            + log_excerpt(log_path, lines=15),
+            flush=True,
+        )
+        self.processes[n] = (start_worker(log_path, self.envs[n]), log_path)
