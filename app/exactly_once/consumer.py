@@ -27,6 +27,10 @@ from app.kafka.admin import committed_records_between, last_committed_records
 from app.settings import settings
 
 log = logging.getLogger(__name__)
+# How often faust's livelock detector looks at every partition: it does so every 2.5 commit
+# intervals (7 s at its default interval, 0.125 s at ours), for stalls it reports after
+# minutes (stream_processing_timeout, broker_commit_livelock_soft_timeout: 5 min).
+LIVELOCK_CHECK_SECONDS = 7.0
 
 
 class ChangelogsNotAssigned(RuntimeError):
@@ -89,6 +93,8 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         self._resume_after_seek: set[TP] = set()
         self._resume_with_flow: set[TP] = set()
         self.last_read = internals.install_last_read_offsets(self)
+        self._livelock_checked_at = time.monotonic()
+        internals.lazy_commit_tables()
 
     @property
     def tasks(self) -> PartitionTasks:
@@ -132,6 +138,13 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         # held the loop, and every commit's round trips with it.
         await asyncio.sleep(0)
         return WaitResults([handover], [started.result], False)
+
+    async def verify_all_partitions_active(self) -> None:
+        # A look at each partition, a turn of the loop each: 0.9 ms of the event loop.
+        now = time.monotonic()
+        if now - self._livelock_checked_at >= LIVELOCK_CHECK_SECONDS:
+            self._livelock_checked_at = now
+            await super().verify_all_partitions_active()
 
     async def _commit_tps(self, tps: Any, start_new_transaction: bool) -> bool:
         if not tps:  # nothing acked since the last commit

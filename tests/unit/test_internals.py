@@ -8,6 +8,7 @@ import asyncio
 import inspect
 import itertools
 import logging
+import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -1185,3 +1186,49 @@ def test_the_group_member_is_read_off_aiokafka_s_group_coordinator() -> None:
     assert "self._group_instance_id = group_instance_id" in inspect.getsource(
         GroupCoordinator.__init__
     )
+
+
+def test_faust_s_commit_table_of_offsets_is_built_only_when_its_log_is_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # faust builds it in `_commit_offsets`, through the module's `terminal`, for mode's
+    # `dev` log (written only under DEVLOG).
+    source = inspect.getsource(faust.transport.consumer.Consumer._commit_offsets)
+    assert "table = terminal.logtable(" in source and 'self.log.dev("' in source
+    assert isinstance(app.consumer, ExactlyOnceConsumer)  # which installed the lazy one
+    built: list[object] = []
+    real = faust.utils.terminal.logtable
+
+    def counted(*args: Any, **kwargs: Any) -> str:
+        built.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(faust.utils.terminal, "logtable", counted)
+    rows = [("events-0", "17"), ("events-1", "4")]
+    table = faust.transport.consumer.terminal.logtable(
+        rows, title="Commit Offsets", headers=["TP", "Offset"]
+    )
+    assert built == []
+    assert str(table) == real(rows, title="Commit Offsets", headers=["TP", "Offset"])
+    assert "events-1" in str(table) and len(built) == 2
+
+
+async def test_faust_s_livelock_check_runs_once_in_livelock_check_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    detector = faust.transport.consumer.Consumer.__dict__["_commit_livelock_detector"]
+    assert "await self.verify_all_partitions_active()" in inspect.getsource(detector.fun)
+    checks: list[object] = []
+
+    async def check(self: Any) -> None:
+        checks.append(self)
+
+    monkeypatch.setattr(faust.transport.consumer.Consumer, "verify_all_partitions_active", check)
+    consumer = cast(ExactlyOnceConsumer, app.consumer)
+    monkeypatch.setattr(consumer, "_livelock_checked_at", time.monotonic())
+    await consumer.verify_all_partitions_active()
+    assert checks == []
+    consumer._livelock_checked_at -= consumer_module.LIVELOCK_CHECK_SECONDS
+    await consumer.verify_all_partitions_active()
+    await consumer.verify_all_partitions_active()
+    assert checks == [consumer]

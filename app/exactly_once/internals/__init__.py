@@ -36,6 +36,7 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
         "resume_partitions": ("self", "tps"),
         "resume_flow": ("self",),
         "wait_first": ("self", "coros", "timeout"),
+        "verify_all_partitions_active": ("self",),
     },
     faust_aiokafka.AIOKafkaConsumerThread: {
         "_highwaters": ("self", "partitions"),

@@ -12,7 +12,9 @@ from aiokafka.consumer import fetcher as aiokafka_fetcher
 from aiokafka.protocol.commit import OffsetFetchRequest
 from aiokafka.protocol.group import LeaveGroupRequest
 from faust.tables.recovery import Recovery
+from faust.transport import consumer as faust_consumer
 from faust.types import TP
+from faust.utils import terminal
 
 from app.kafka.connection import KafkaConnection
 from app.kafka.offset_fetch import StableOffsetFetchRequest, as_version_3
@@ -30,6 +32,7 @@ __all__ = [
     "hand_on_decoded_records",
     "install_last_read_offsets",
     "is_changelog",
+    "lazy_commit_tables",
     "refreshed_partitions",
     "remove_group_member",
     "restore_offsets",
@@ -280,3 +283,32 @@ async def remove_group_member(kafka: KafkaConnection, group: str, member_id: str
             raise error()
     finally:
         await client.close()
+
+
+class _LazyTable:
+    """A table of a log record's arguments, built only if the record is formatted."""
+
+    __slots__ = ("data", "kwargs")
+
+    def __init__(self, data: Any, kwargs: dict[str, Any]) -> None:
+        self.data = data
+        self.kwargs = kwargs
+
+    def __str__(self) -> str:
+        return terminal.logtable(self.data, **self.kwargs)
+
+
+class _LazyTerminal:
+    """What faust's consumer module calls `terminal`: only its `logtable` is used there,
+    once per commit, for a debug log that is off unless DEVLOG is set (mode's `dev`)."""
+
+    @staticmethod
+    def logtable(data: Any, **kwargs: Any) -> _LazyTable:
+        return _LazyTable(data, kwargs)
+
+
+def lazy_commit_tables() -> None:
+    """faust's `Consumer._commit_offsets` builds a text table of the commit's offsets for
+    that log whether it is on or not: 0.8 ms of the 3.7 ms a commit held the event loop
+    (py-spy, 36 commits/s). Built now only when the log is written."""
+    faust_consumer.terminal = _LazyTerminal  # type: ignore[attr-defined,assignment]
