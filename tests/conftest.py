@@ -6,7 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.integration.image_build import ImageBuild, missing_tools
 from tools import broker as local_broker
+
+CONTAINER_TEST = "tests/integration/test_container.py"
 
 BROKER_PORT = int(os.environ.get("PAIRSTREAM_TEST_BROKER_PORT", "9092"))
 
@@ -52,3 +55,32 @@ def secure_broker() -> Iterator[list[local_broker.Node]]:
     yield nodes
     if started:
         local_broker.stop(nodes, hard=False)
+
+
+IMAGE_BUILD = pytest.StashKey[ImageBuild]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The container test's image starts building now, not in the test's set-up."""
+    wanted = any(item.nodeid.startswith(CONTAINER_TEST) for item in session.items)
+    if wanted and not missing_tools():
+        session.config.stash[IMAGE_BUILD] = ImageBuild()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    build = session.config.stash.get(IMAGE_BUILD, None)
+    if build is not None:
+        build.cancel()
+        build.remove_image()
+
+
+@pytest.fixture(scope="session")
+def image_build(pytestconfig: pytest.Config) -> ImageBuild:
+    """The image build started with the session (or now, for a session that did not
+    collect the container test by its path)."""
+    missing = missing_tools()
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed, and `make podman` could not install it")
+    if IMAGE_BUILD not in pytestconfig.stash:
+        pytestconfig.stash[IMAGE_BUILD] = ImageBuild()
+    return pytestconfig.stash[IMAGE_BUILD]

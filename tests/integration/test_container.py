@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-import shutil
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -18,32 +16,27 @@ import pytest
 
 from tests.integration.faults import kill_worker
 from tests.integration.harness import Pipeline, Worker
+from tests.integration.image_build import ImageBuild
 from tests.integration.scenarios import Fault, World, run_scenario
 from tools import container
 from tools.generate import StreamShape, generate
 
 pytestmark = [pytest.mark.broker, pytest.mark.fault]
 
-# A tag of this run's own: test sessions on one machine (worktrees) must not take each
-# other's images.
-TAG = f"{container.IMAGE}:test-{uuid.uuid4().hex[:8]}"
 DATA_DIR = "/var/lib/pairstream"  # the image's volume
 RECORDS = 8_000
 RATE = 400.0  # events per second: the kill strikes while events flow
+BUILD_TIMEOUT_SECONDS = 600.0
 
 
 @pytest.fixture(scope="module")
-def image() -> Iterator[str]:
-    missing = [tool for tool in ("podman", "runc", "debootstrap") if shutil.which(tool) is None]
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not installed, and `make podman` could not install it")
+def image(image_build: ImageBuild) -> Iterator[str]:
+    """The worker image, built since the session began (tests/integration/image_build.py)."""
     started = time.monotonic()
-    base = container.ensure_base()
-    print(f"\nbase image {base} ready in {time.monotonic() - started:.0f} s")
-    seconds = container.build(TAG, "worker", base)
-    print(f"{TAG}: built in {seconds:.0f} s, {container.image_size(TAG) / 1e6:.0f} MB")
-    yield TAG
-    container.podman("rmi", "--force", TAG, check=False, capture=True)
+    tag = image_build.wait(BUILD_TIMEOUT_SECONDS)
+    print(f"\n{image_build.tail(1)}; waited {time.monotonic() - started:.0f} s for it")
+    yield tag
+    image_build.remove_image()
 
 
 class ContainerPipeline(Pipeline):
