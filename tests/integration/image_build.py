@@ -1,8 +1,7 @@
 """The container test's worker image, built in the background from the start of a test
 session that includes that test. On a fresh machine the build takes minutes (debootstrap
 makes the base, pip downloads the dependencies), mostly waiting on the network, which
-the tests before it hide: 157 s of a fresh-clone suite's time, built in the test's own
-set-up."""
+the tests before it hide."""
 
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ from pathlib import Path
 
 from tools import container
 
-ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ("podman", "runc", "debootstrap")
 
 
@@ -39,7 +37,7 @@ class ImageBuild:
         with self.log.open("wb") as log:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "tools.container", "build", "--tag", self.tag],
-                cwd=ROOT,
+                cwd=container.ROOT,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -8,7 +8,6 @@ import asyncio
 import random
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -30,13 +29,13 @@ BUILD_TIMEOUT_SECONDS = 600.0
 
 
 @pytest.fixture(scope="module")
-def image(image_build: ImageBuild) -> Iterator[str]:
-    """The worker image, built since the session began (tests/integration/image_build.py)."""
+def image(image_build: ImageBuild) -> str:
+    """The worker image, built since the session began (tests/integration/image_build.py),
+    removed when the session ends."""
     started = time.monotonic()
     tag = image_build.wait(BUILD_TIMEOUT_SECONDS)
     print(f"\n{image_build.tail(1)}; waited {time.monotonic() - started:.0f} s for it")
-    yield tag
-    image_build.remove_image()
+    return tag
 
 
 class ContainerPipeline(Pipeline):
