@@ -14,11 +14,11 @@ RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/pairstream pai
  && install -d -o pairstream -g pairstream /var/lib/pairstream \
  && python3.11 -m venv /opt/venv
 # Dependencies from pyproject.toml alone, so an edit of the source reuses this layer.
-COPY pyproject.toml /tmp/pyproject.toml
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('/tmp/pyproject.toml', 'rb'))['project']['dependencies']))" \
-      > /tmp/requirements.txt \
- && pip install -r /tmp/requirements.txt \
- && rm /tmp/pyproject.toml /tmp/requirements.txt
+# The worker's only: the Spark jobs' (the `analytics` extra) go into the spark target.
+COPY pyproject.toml deploy/requirements.py /tmp/deps/
+RUN python /tmp/deps/requirements.py /tmp/deps/pyproject.toml > /tmp/deps/requirements.txt \
+ && pip install -r /tmp/deps/requirements.txt \
+ && rm -rf /tmp/deps
 COPY pyproject.toml README.md /tmp/src/
 COPY pairing /tmp/src/pairing
 COPY app /tmp/src/app
@@ -37,11 +37,18 @@ VOLUME /var/lib/pairstream
 WORKDIR /var/lib/pairstream
 USER pairstream
 
-# python -m analytics all|ingest|windows|reconcile [--master spark://...]: a JRE and the
-# Delta and Kafka jars, which Maven fetches here once and is then removed.
+# python -m analytics all|ingest|windows|reconcile [--master spark://...]: the `analytics`
+# extra (pyspark, delta-spark, matplotlib), a JRE, and the Delta and Kafka jars, which
+# Maven fetches here once and is then removed.
 FROM runtime AS spark
 USER root
-RUN apt-get update \
+# For Maven's downloads only, e.g. -Djavax.net.ssl.trustStore=... behind a TLS-inspecting proxy.
+ARG MAVEN_OPTS=""
+COPY pyproject.toml deploy/requirements.py /tmp/deps/
+RUN python /tmp/deps/requirements.py /tmp/deps/pyproject.toml analytics > /tmp/deps/analytics.txt \
+ && pip install -r /tmp/deps/analytics.txt \
+ && rm -rf /tmp/deps \
+ && apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless maven \
  && python -m analytics jars \
  && apt-get purge -y --auto-remove maven \

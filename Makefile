@@ -63,7 +63,7 @@ setup: $(STAMP)        ## create .venv, install pinned dependencies, resolve Kaf
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,analytics]'
 	touch $(STAMP)
 
 browser:               ## headless Chromium for the dashboard test (Debian's package)

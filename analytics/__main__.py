@@ -13,11 +13,19 @@ import re
 import sys
 import time
 
-from analytics.jobs import JOBS, run
-from analytics.spark import JARS, spark_jars
 from app.kafka.access import EX_CONFIG, KafkaAccessError
 from app.kafka.connection import KafkaConfigError
 from app.settings import Settings, settings
+
+try:
+    from analytics.jobs import JOBS, run
+    from analytics.spark import JARS, spark_jars
+except ModuleNotFoundError as missing:
+    if (missing.name or "").split(".")[0] not in ("pyspark", "delta", "matplotlib"):
+        raise
+    sys.exit(
+        f"python -m analytics needs the analytics extra: pip install '.[analytics]' ({missing})"
+    )
 
 
 def period_seconds(text: str) -> float:

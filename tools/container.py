@@ -33,8 +33,22 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 ULIMITS = ["--ulimit", "nofile=20000:20000", "--ulimit", "nproc=20000:20000"]
 # The host's trust store, lent to the build's steps: where TLS goes through a proxy with a
 # CA of its own (as here), pip inside trusts what the host trusts. Nothing of it stays in
-# the image. Debian's pip reads this file; the Spark target's JDK builds its store from it.
+# the image. Debian's pip reads this file. Java does not: its own store (Debian's, built
+# from the same CAs) goes to the spark target's Maven through its MAVEN_OPTS build arg.
 TRUST_STORE = Path("/etc/ssl/certs/ca-certificates.crt")
+JAVA_TRUST_STORE = Path("/etc/ssl/certs/java/cacerts")
+LENT_JAVA_TRUST_STORE = "/run/host-java-cacerts"  # where the build sees it
+
+
+def lent_trust_stores() -> list[str]:
+    """podman build's arguments that lend the host's trust stores to the build steps."""
+    lent: list[str] = []
+    if TRUST_STORE.exists():
+        lent.append(f"--volume={TRUST_STORE}:{TRUST_STORE}:ro")
+    if JAVA_TRUST_STORE.exists():
+        lent.append(f"--volume={JAVA_TRUST_STORE}:{LENT_JAVA_TRUST_STORE}:ro")
+        lent += ["--build-arg", f"MAVEN_OPTS=-Djavax.net.ssl.trustStore={LENT_JAVA_TRUST_STORE}"]
+    return lent
 
 
 def podman(
@@ -105,7 +119,7 @@ def build(
         "--format",
         "docker",  # the OCI format has no HEALTHCHECK
         *ULIMITS,
-        *([f"--volume={TRUST_STORE}:{TRUST_STORE}:ro"] if TRUST_STORE.exists() else []),
+        *lent_trust_stores(),
         "--build-arg",
         f"BASE_IMAGE={base}",
         "--target",

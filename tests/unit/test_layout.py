@@ -5,6 +5,7 @@ module imports itself back."""
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -146,6 +147,30 @@ def test_settings_and_analytics_import_without_the_app() -> None:
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_worker_imports_nothing_of_the_analytics_extra() -> None:
+    """Its image installs the project without pyspark, delta-spark and matplotlib."""
+    code = (
+        "import sys, app.main\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in"
+        " ('pyspark', 'delta', 'matplotlib', 'numpy', 'analytics')))"
+    )
+    every_stage = {
+        f"PAIRSTREAM_{part}_ENABLED": "true" for part in ("DELIVERY", "ENRICHMENT", "CHAIN")
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+        env={**os.environ, **every_stage},
+    )  # fmt: skip
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_analytics_cli_without_its_extra_says_what_to_install() -> None:
+    code = "import runpy, sys; sys.modules['pyspark'] = None; runpy.run_module('analytics')"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 1
+    assert "needs the analytics extra: pip install '.[analytics]'" in out.stderr
 
 
 def test_the_layer_check_finds_an_upward_import() -> None:
