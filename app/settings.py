@@ -91,7 +91,7 @@ class Settings(BaseSettings):
 
     # Processing
     commit_interval_seconds: float = Field(
-        0.05,
+        0.02,
         gt=0,
         description="the latency knob: a worker commits its one transaction as soon as the"
         " one before has ended and this long has passed since it began; longer: fewer,"

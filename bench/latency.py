@@ -75,7 +75,7 @@ PAIRSTREAM_DEFAULT = Setup("pairstream default", DEFAULT_COMMIT_INTERVAL)
 # outputs sent after 5 ms.
 PAIRSTREAM_LOW_LATENCY = Setup(
     "pairstream low latency",
-    0.02,
+    0.01,
     {
         "PAIRSTREAM_FETCH_MAX_WAIT_SECONDS": "0.01",
         "PAIRSTREAM_PRODUCER_LINGER_SECONDS": "0.005",

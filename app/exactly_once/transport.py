@@ -28,12 +28,17 @@ log = logging.getLogger(__name__)
 # offsets and the end after this backoff: at its 100 ms, one commit in ten took over 100 ms
 # (10,000 events/s, a commit every 0.05 s: p90 113 ms); at 20 ms, p90 39 ms.
 RETRY_BACKOFF_MS = 20
+# The first AddPartitionsToTxn of the transaction after a commit meets the same answer;
+# commits come back to back, and at aiokafka's 20 ms that retry was most of the time
+# between two (docs/exactly-once.md).
+CONCURRENT_TRANSACTIONS_RETRY_SECONDS = 0.005
 
 
 class ExactlyOnceProducer(faust_aiokafka.Producer):
     def _new_producer(self, transactional_id: str | None = None) -> AIOKafkaProducer:
         # Every producer faust makes: the plain one and the transactional ones.
         producer: AIOKafkaProducer = super()._new_producer(transactional_id)
+        internals.retry_concurrent_transactions_after(CONCURRENT_TRANSACTIONS_RETRY_SECONDS)
         internals.track_known_topics(producer)
         if transactional_id is not None:
             consumer = self.app.consumer

@@ -88,9 +88,9 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     latency = table_rows(report, "Latency under load")
     # Each app at each level (50% of the smoke basis, then a fixed 1,000/s), side by side.
     apps = [
-        ["pairstream default", "0.05"],
-        ["pairstream low latency", "0.02"],
-        ["Quix Streams", "0.05"],
+        ["pairstream default", "0.02"],
+        ["pairstream low latency", "0.01"],
+        ["Quix Streams", "0.02"],
     ]
     assert [row[:4] for row in latency] == [
         *(["50%", "500", *app] for app in apps),

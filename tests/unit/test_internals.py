@@ -25,11 +25,18 @@ from aiokafka.consumer import fetcher as fetcher_module
 from aiokafka.consumer.fetcher import Fetcher, FetchResult
 from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance, GroupCoordinator
 from aiokafka.consumer.subscription_state import SubscriptionState
-from aiokafka.errors import IllegalGenerationError, ProducerFenced, UnknownError
-from aiokafka.producer.sender import Sender
+from aiokafka.errors import (
+    ConcurrentTransactions,
+    IllegalGenerationError,
+    ProducerFenced,
+    UnknownError,
+)
+from aiokafka.producer import sender as aiokafka_sender
+from aiokafka.producer.sender import AddPartitionsToTxnHandler, Sender
 from aiokafka.producer.transaction_manager import TransactionState
 from aiokafka.protocol.commit import OffsetFetchRequest
 from aiokafka.protocol.group import LeaveGroupRequest, LeaveGroupRequest_v0
+from aiokafka.protocol.transaction import AddPartitionsToTxnResponse_v0
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
@@ -50,7 +57,12 @@ from app.exactly_once.input_partitions import InputSizedAssignor
 from app.exactly_once.internals import producer as producer_internals
 from app.exactly_once.outbox import partition_transactional_id
 from app.exactly_once.partition_tasks import PartitionTasks
-from app.exactly_once.transport import ConcurrentTransactionManager, ExactlyOnceProducer
+from app.exactly_once.transport import (
+    CONCURRENT_TRANSACTIONS_RETRY_SECONDS,
+    RETRY_BACKOFF_MS,
+    ConcurrentTransactionManager,
+    ExactlyOnceProducer,
+)
 from app.faust_app import app
 from app.kafka.offset_fetch import OffsetFetchRequest_v7, OffsetFetchResponse_v7
 from app.kafka.txn_offset_commit import (
@@ -1172,6 +1184,34 @@ async def test_the_transactional_producer_commits_offsets_as_the_member_it_is_to
     assert handler.handle_response(refused) is None
     assert txn_manager.state == TransactionState.FATAL_ERROR
     assert isinstance(sent.exception(), IllegalGenerationError)
+
+
+async def test_a_transaction_s_first_partitions_are_added_again_after_our_retry_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The broker answers CONCURRENT_TRANSACTIONS to the first AddPartitionsToTxn after a
+    commit until that commit's markers are written: aiokafka's handler waits its module's
+    override there (and its retry backoff once the transaction has partitions)."""
+    monkeypatch.setattr(aiokafka_sender, "BACKOFF_OVERRIDE", aiokafka_sender.BACKOFF_OVERRIDE)
+    producer = ExactlyOnceProducer(app.transport)._new_producer("internals-retry")
+    assert aiokafka_sender.BACKOFF_OVERRIDE == CONCURRENT_TRANSACTIONS_RETRY_SECONDS
+    sender: Any = producer._sender
+    txn_manager = sender._txn_manager
+    txn_manager.set_pid_and_epoch(17, 2)
+    txn_manager.begin_transaction()
+    pairs = TopicPartition("pairs", 0)
+    txn_manager.maybe_add_partition_to_txn(pairs)
+    handler = AddPartitionsToTxnHandler(sender, [pairs])
+    concurrent = AddPartitionsToTxnResponse_v0(0, [("pairs", [(0, ConcurrentTransactions.errno)])])
+    assert handler.handle_response(concurrent) == CONCURRENT_TRANSACTIONS_RETRY_SECONDS
+    added = AddPartitionsToTxnResponse_v0(0, [("pairs", [(0, 0)])])
+    assert handler.handle_response(added) is None
+    assert txn_manager.txn_partitions == {pairs}
+    keyed = TopicPartition("keyed", 1)
+    txn_manager.maybe_add_partition_to_txn(keyed)
+    later = AddPartitionsToTxnHandler(sender, [keyed])
+    concurrent = AddPartitionsToTxnResponse_v0(0, [("keyed", [(1, ConcurrentTransactions.errno)])])
+    assert later.handle_response(concurrent) == RETRY_BACKOFF_MS / 1000
 
 
 def test_the_group_member_is_read_off_aiokafka_s_group_coordinator() -> None:

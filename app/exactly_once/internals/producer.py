@@ -28,6 +28,7 @@ __all__ = [
     "keyed_partitioner",
     "metadata_task",
     "plain_producer",
+    "retry_concurrent_transactions_after",
     "sender_task",
     "track_known_topics",
     "transaction_producer",
@@ -101,6 +102,15 @@ def commit_offsets_as_member(producer: AIOKafkaProducer, member: Callable[[], Gr
         await _MemberTxnOffsetCommitHandler(sender, offsets, group_id, member).do(node_id)
 
     sender._do_txn_offset_commit = txn_offset_commit
+
+
+def retry_concurrent_transactions_after(seconds: float) -> None:
+    """Retry a transaction's first AddPartitionsToTxn after `seconds` when the broker
+    answers CONCURRENT_TRANSACTIONS: it does until it has written the markers of the
+    transaction before (a few ms on a local broker). aiokafka's sender waits its module's
+    `BACKOFF_OVERRIDE` (20 ms) there, in every producer of the process; with commits
+    back to back, that wait was most of the time between two of them."""
+    aiokafka_sender.BACKOFF_OVERRIDE = seconds
 
 
 def track_known_topics(producer: AIOKafkaProducer) -> None:
