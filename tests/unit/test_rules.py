@@ -159,6 +159,20 @@ def test_the_wait_index_keeps_only_keys_still_open() -> None:
     assert len(topic.engine._indexes.open_by_time) <= 5 * 60 // 3 + 1  # within expiry
 
 
+def test_pairs_leave_no_index_entries_for_a_scrape_to_clear() -> None:
+    # Within the expiry and with no scrape, the heaps kept an entry for every key paired,
+    # and the next scrape of /stats popped them all in one turn of the event loop.
+    topic = Topic()
+    for second in range(240):
+        for kind in "AB":
+            topic.engine.process(event(kind, second / 60), event("A", 0).time_us, NOW)
+    topic.engine.process(event("A", 4.5), event("A", 0).time_us, NOW)
+    indexes = topic.engine._indexes
+    assert (len(indexes.open_by_time), len(indexes.by_waiting_since)) == (1, 1)
+    summary = topic.engine.pending()
+    assert (summary.count, summary.oldest_time_us) == (1, event("A", 4.5).time_us)
+
+
 def test_a_late_copy_of_an_event_taken_on_time_is_a_duplicate_whatever_comes_first() -> None:
     for late_first in (True, False):
         topic = Topic(sources=2)
