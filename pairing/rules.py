@@ -83,22 +83,23 @@ class _Indexes:
     def holds_since(self, key: str, waiting_since: float) -> bool:
         return waiting_since in self.waiting.get(key, ())
 
-    def drop_closed_tops(self, most: int) -> None:
-        """Drop up to `most` stale entries from the top of each open heap. Called as a
+    def drop_closed_tops(self, most: int | None = None) -> None:
+        """Drop up to `most` (None: all) stale entries from the top of each open heap,
+        down to the first entry still open. Called with a bound as a
         key leaves the open set, which makes one entry of each stale: the heaps then hold
         about as many entries as keys open (amortised O(1)), and `pending` (a scrape of
         /stats) has nothing to clear. Left for the scrape, 165,000 entries of pairs made
         at 11,000 events/s held a worker's event loop for 1.4 s."""
         by_time = self.open_by_time
-        for _ in range(most):
-            if not by_time or by_time[0][1] in self.waiting:
-                break
+        left = most
+        while by_time and by_time[0][1] not in self.waiting and left != 0:
             heapq.heappop(by_time)
+            left = None if left is None else left - 1
         by_wait = self.by_waiting_since
-        for _ in range(most):
-            if not by_wait or self.holds_since(by_wait[0][1], by_wait[0][0]):
-                break
+        left = most
+        while by_wait and not self.holds_since(by_wait[0][1], by_wait[0][0]) and left != 0:
             heapq.heappop(by_wait)
+            left = None if left is None else left - 1
 
 
 def _waits(state: KeyState) -> tuple[float, ...]:
@@ -173,25 +174,14 @@ class PairingPartition:
         """How many events wait for a partner; the event time of the oldest event held
         open (pending, or late and held until its window closes) and the arrival of
         the one held longest."""
+        self._indexes.drop_closed_tops()
         by_time = self._indexes.open_by_time
-        while by_time and not self._indexes.is_open(by_time[0][1]):
-            heapq.heappop(by_time)
-        self._drop_stale_waits()
         by_wait = self._indexes.by_waiting_since
         return PendingSummary(
             self._pending_count,
             by_time[0][0] if by_time else None,
             by_wait[0][0] if by_wait else None,
         )
-
-    def _drop_stale_waits(self) -> None:
-        """Drop the entries on top of `by_waiting_since` whose wait has ended. Only max
-        wait pops this heap otherwise, and only while the watermark stands still: with
-        the watermark moving it kept an entry for every key ever pending."""
-        indexes = self._indexes
-        by_wait = indexes.by_waiting_since
-        while by_wait and not indexes.holds_since(by_wait[0][1], by_wait[0][0]):
-            heapq.heappop(by_wait)
 
     def process(self, event: Event, progress_us: int, now: float) -> list[Outcome]:
         """Apply the rules to one valid event. `progress_us`: its input partition's
@@ -235,7 +225,8 @@ class PairingPartition:
             if self._indexes.is_open(key):
                 outcomes.extend(self._close(key, self._open_state(key), early=False))
         self._forget(watermark)
-        self._drop_stale_waits()
+        # Only max wait pops the waits otherwise, and only while the watermark stands still.
+        self._indexes.drop_closed_tops()
         return outcomes
 
     def expire_waiting(self, now: float) -> list[Outcome]:
