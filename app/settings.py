@@ -120,11 +120,11 @@ class Settings(BaseSettings):
         " the session timeout; a worker stopped for good keeps them until that timeout",
     )
     fetch_max_wait_seconds: float = Field(
-        0.1,
+        0.01,
         gt=0,
         le=1.5,
-        description="how long a fetch of quiet partitions waits at the broker; offset look-ups"
-        " of a rebalance or a restore wait behind it (faust uses 1.5 s)",
+        description="how long a fetch of quiet partitions waits at the broker; the next fetch"
+        " of busy ones and a rebalance's offset look-ups wait behind it (faust: 1.5 s)",
     )
     fetch_min_bytes: int = Field(
         1,

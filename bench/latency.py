@@ -71,10 +71,8 @@ class Setup:
 
 
 PAIRSTREAM_DEFAULT = Setup("pairstream default", DEFAULT_COMMIT_INTERVAL)
-# Commits closer together than the default, quiet partitions fetched again after 10 ms.
-PAIRSTREAM_LOW_LATENCY = Setup(
-    "pairstream low latency", 0.01, {"PAIRSTREAM_FETCH_MAX_WAIT_SECONDS": "0.01"}
-)
+# Commits closer together than the default.
+PAIRSTREAM_LOW_LATENCY = Setup("pairstream low latency", 0.01)
 QUIX = Setup("Quix Streams", DEFAULT_COMMIT_INTERVAL)  # its own defaults besides
 
 

@@ -200,7 +200,7 @@ def latency_section(
     measured: list[LatencyResult], basis: float | None, level_seconds: float
 ) -> list[str]:
     """The apps side by side at each level, lowest rate first."""
-    low = ", ".join(f"`{name}={value}`" for name, value in PAIRSTREAM_LOW_LATENCY.env.items())
+    low = "".join(f", `{name}={value}`" for name, value in PAIRSTREAM_LOW_LATENCY.env.items())
     return section(
         "Latency under load",
         "Each app on empty topics, its input produced into as it runs: A/B partners at fixed"
@@ -212,7 +212,7 @@ def latency_section(
         " (`bench/latency.py`)."
         f" {PAIRSTREAM_DEFAULT.app}: the worker's defaults (commit interval"
         f" {PAIRSTREAM_DEFAULT.commit_interval:g} s); {PAIRSTREAM_LOW_LATENCY.app}:"
-        f" commit interval {PAIRSTREAM_LOW_LATENCY.commit_interval:g} s, {low}, the rest"
+        f" commit interval {PAIRSTREAM_LOW_LATENCY.commit_interval:g} s{low}, the rest"
         f" defaults; {QUIX.app}: the peer below at commit interval {QUIX.commit_interval:g} s,"
         " the rest its own defaults. While each level's load was offered: the CPU of the"
         " app's process, the broker's and the load's (the process that offers it and reads"

@@ -1,18 +1,24 @@
-"""Whether an input partition has nothing on its way: all of it fetched, processed and
-committed (ingest's idle partitions hold no watermark back)."""
+"""What of the input is on its way: whether an input partition has nothing on its way,
+all of it fetched, processed and committed (ingest's idle partitions hold no watermark
+back), and how many records of the worker's partitions wait (a commit lets steps go
+on at once when the worker is behind, app/exactly_once/commit.py)."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka.errors import KafkaError
+from faust.exceptions import ConsumerNotStarted
 from faust.types import TP
 
 from app.exactly_once import internals
-from app.exactly_once.application import PairstreamApp
 from app.kafka.admin import end_offsets
 from app.settings import settings
+
+if TYPE_CHECKING:  # the app's module imports the commit's, which imports this one
+    from app.exactly_once.application import PairstreamApp
+    from app.exactly_once.partition_tasks import PartitionTasks
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +47,7 @@ async def caught_up(app: PairstreamApp, tp: TP, ask_broker: bool = False) -> boo
     # The rest after the awaits, so that the answer still holds when the caller goes on
     # (a step may have been acked or a fetch returned meanwhile).
     task = app.partition_tasks.get(tp)
-    highwater: int | None = consumer.highwater(tp) if fresh_end is None else fresh_end
+    highwater = fetched_end(consumer, tp) if fresh_end is None else fresh_end
     if task is None or highwater is None or position is None:
         return False
     if task.lock.locked():
@@ -55,3 +61,21 @@ async def caught_up(app: PairstreamApp, tp: TP, ask_broker: bool = False) -> boo
         return False
     committed = internals.committed_offset(consumer, tp) or 0
     return position >= highwater and committed >= offsets.next
+
+
+def fetched_end(consumer: Any, tp: TP) -> int | None:
+    """Where `tp` ends by the consumer's last fetch (for read_committed, the last stable
+    offset); None before a fetch or the consumer thread's start, or when that thread no
+    longer has it assigned: aiokafka asserts that it has, and a rebalance changes that on
+    its own thread."""
+    try:
+        end: int | None = consumer.highwater(tp)
+    except (AssertionError, ConsumerNotStarted):
+        return None
+    return end
+
+
+def records_waiting(consumer: Any, tasks: PartitionTasks) -> int:
+    """Records of the worker's partitions that the consumer's last fetches found and the
+    steps have not processed yet."""
+    return tasks.waiting(lambda tp: fetched_end(consumer, tp))

@@ -9,7 +9,9 @@ transport.py call the steps here. docs/exactly-once.md says why each step is nee
 3. Add the records each stage sends just before a commit (ingest's event-time
    progress) to the partition's transaction (`before_transactions_commit`).
 4. Let steps go on, held: what they make waits in their outbox for the next
-   transaction (same function).
+   transaction (same function). At once when the worker is behind; otherwise only if
+   the transaction has not ended within half the commit interval, since a commit whose
+   round trips wait behind steps takes several times as long (`let_steps_go_now`).
 5. Commit the worker's transaction, which carries every partition's: offsets, then the
    end, under the transaction timeout; a fenced or hung commit crashes the worker
    (`end_transactions`).
@@ -34,6 +36,7 @@ from aiokafka.structs import TopicPartition
 from faust.types import TP, AppT
 
 from app.exactly_once import internals
+from app.exactly_once.backlog import records_waiting
 from app.exactly_once.outbox import send_in_transaction, worker_transactional_id
 from app.exactly_once.outbox_sends import send_outbox
 from app.exactly_once.partition_tasks import PartitionTask, PartitionTasks
@@ -62,6 +65,8 @@ async def commit_partitions(
         except Exception as exc:
             await _crash_if_held(app, committing, exc)
             raise
+        finally:
+            tasks.stay_stopped()
         held = [task for task in committing if task.committing]
         await tasks.stop_steps(held)
         if result:
@@ -98,8 +103,20 @@ async def before_transactions_commit(
         records = hook(task)
         if records:
             await send_in_transaction(app, tp, records)
-    if new:  # else no transaction would take what steps held
+    if not new:  # no transaction would take what steps held
+        return
+    if let_steps_go_now(app, tasks):
         tasks.let_steps_go()
+    else:
+        tasks.let_steps_go_after(settings().commit_interval_seconds / 2)
+
+
+def let_steps_go_now(app: AppT, tasks: PartitionTasks) -> bool:
+    """Whether steps go on as soon as the transaction commits: when more records wait
+    than a run takes, the worker is behind, and throughput counts. Else a commit runs
+    alone for up to half the commit interval: at 10,000 events/s one took 4-5 ms so
+    (p50), against 16-18 ms with the steps beside it (docs/exactly-once.md)."""
+    return records_waiting(app.consumer, tasks) > settings().max_run_records
 
 
 async def end_transactions(

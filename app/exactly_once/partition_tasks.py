@@ -123,6 +123,8 @@ class PartitionTasks:
         # Set once the tables of the current assignment are restored (faust's rebalance
         # complete); until then a table read outside a step may see old or no state.
         self.restored = asyncio.Event()
+        # A commit's `let_steps_go`, due once the commit has run that long (`let_steps_go_after`).
+        self._letting_go: asyncio.TimerHandle | None = None
 
     def state_in(self, topics: Iterable[str], changelog: str) -> None:
         """The steps of `topics` keep state in the table of `changelog`, partitioned
@@ -216,6 +218,28 @@ class PartitionTasks:
             if task.commit_lock.locked() and not task.committing:
                 task.committing = True
                 task.lock.release()
+
+    def let_steps_go_after(self, seconds: float) -> None:
+        """`let_steps_go` once `seconds` have passed, unless the commit has ended by then
+        (`stay_stopped`): a commit that ends within them keeps the event loop to its round
+        trips, which otherwise wait behind every step's turn."""
+        self._letting_go = asyncio.get_running_loop().call_later(seconds, self.let_steps_go)
+
+    def stay_stopped(self) -> None:
+        """The commit's transaction has ended: its steps are let go no more."""
+        if self._letting_go is not None:
+            self._letting_go.cancel()
+            self._letting_go = None
+
+    def waiting(self, end_of: Callable[[TP], int | None]) -> int:
+        """Records of the assigned partitions not processed yet, up to where each ends by
+        `end_of` (the consumer's last fetch)."""
+        waiting = 0
+        for task in self._by_tp.values():
+            end, reached = end_of(task.tp), task.offsets.next
+            if end is not None and reached is not None and end > reached:
+                waiting += end - reached
+        return waiting
 
     async def stop_steps(self, tasks: Iterable[PartitionTask]) -> None:
         """Take back the step locks `let_steps_go` released (in the same order)."""

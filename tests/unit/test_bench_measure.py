@@ -197,7 +197,7 @@ def test_the_latency_table_has_each_app_beside_the_others_at_each_level() -> Non
     lines = latency_section(measured, 10_000.0, 30.0)
     text = "\n".join(lines)
     assert "shares of 10,000 events/s" in text
-    assert "commit interval 0.01 s, `PAIRSTREAM_FETCH_MAX_WAIT_SECONDS=0.01`" in text
+    assert "pairstream low latency: commit interval 0.01 s, the rest defaults" in text
     assert f"a share of one core of this machine's {os.cpu_count()}" in text
     assert lines[-8] == (
         "| level | events/s offered | app | commit interval (s) | pairs | p50 (s) | p90 (s)"

@@ -88,6 +88,28 @@ async def test_caught_up_means_fetched_processed_and_committed(
     assert not await backlog.caught_up(app, tp)
 
 
+def test_records_waiting_are_those_the_last_fetches_found_beyond_processing(
+    own_tasks: PartitionTasks,
+) -> None:
+    """What a commit reads to tell whether the worker is behind (commit.let_steps_go_now)."""
+    behind, revoked, unsought, ahead = (TP("events", p) for p in range(4))
+    own_tasks.assigned({behind, revoked, unsought, ahead})
+    for tp, reached in ((behind, 10), (revoked, 7), (ahead, 30)):
+        task = own_tasks.get(tp)
+        assert task is not None
+        task.offsets.sought_to_committed(reached)
+
+    class Consumer:
+        def highwater(self, tp: TP) -> int | None:
+            if tp == revoked:  # aiokafka's, once its thread has the partition no more
+                raise AssertionError("Partition is not assigned")
+            return {behind: 25, unsought: 40, ahead: 20}[tp]
+
+    assert backlog.records_waiting(Consumer(), own_tasks) == 15
+    assert backlog.fetched_end(Consumer(), revoked) is None
+    assert backlog.fetched_end(app.consumer, behind) is None  # its thread not started
+
+
 async def test_before_a_partition_is_declared_idle_its_end_is_asked_of_the_broker(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

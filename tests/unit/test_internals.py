@@ -955,8 +955,8 @@ async def test_a_fetch_waits_no_longer_than_a_fetch_waits_at_the_broker() -> Non
     consumer._thread = SimpleNamespace(getmany=thread_getmany)
     await ThreadDelegateConsumer._getmany(consumer, {TP("events", 0)}, 1.0)
     assert await ExactlyOnceConsumer._getmany(consumer, {TP("events", 0)}, 1.0) == {}
-    assert await ExactlyOnceConsumer._getmany(consumer, {TP("events", 0)}, 0.01) == {}
-    assert waits == [1.0, settings().fetch_max_wait_seconds, 0.01]
+    assert await ExactlyOnceConsumer._getmany(consumer, {TP("events", 0)}, 0.001) == {}
+    assert waits == [1.0, settings().fetch_max_wait_seconds, 0.001]
 
 
 async def test_keyed_partitioner_chooses_as_aiokafka_s_send_does() -> None:

@@ -1,5 +1,6 @@
 """A commit holds the steps of every partition of the worker while it takes their
-offsets, and lets them go on, held, while the transaction commits: it waits for a step
+offsets, and lets them go on, held, while the transaction commits (at once when the
+worker is behind, else once half the commit interval has passed): it waits for a step
 of one of them to be acked, and what held steps send goes into the next transaction.
 The real step and consumer, with the sends and faust's own commit replaced."""
 
@@ -16,6 +17,7 @@ import pytest
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
+from app.exactly_once import commit as commit_module
 from app.exactly_once import consumer as consumer_module
 from app.exactly_once import outbox_sends, step
 from app.exactly_once.consumer import ExactlyOnceConsumer, Stalled
@@ -152,6 +154,57 @@ async def test_steps_go_on_held_while_their_transaction_commits(
     assert app.consumer._committed_offset[INGEST] == 1
     assert app.consumer._new_offset(INGEST) == 2
     assert not faust.crashes
+
+
+def interval_of_an_hour(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Half of it never passes within a test: steps go on during a commit only because
+    the worker is behind."""
+    hour = settings().model_copy(update={"commit_interval_seconds": 3600.0})
+    monkeypatch.setattr(commit_module, "settings", lambda: hour)
+
+
+async def test_a_commit_of_a_worker_that_keeps_up_runs_alone(
+    steps: Steps, own_tasks: PartitionTasks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its round trips would otherwise wait behind every step's turn of the event loop:
+    a step that comes meanwhile waits for the commit, and then sends its records into
+    the next transaction itself, held by nothing."""
+    faust = FaustCommit(monkeypatch)
+    interval_of_an_hour(monkeypatch)
+    await steps.run(KEYED, 0)
+    commit = commit_of([KEYED])
+    await settle()
+    keyed_step = asyncio.ensure_future(steps.run(KEYED, 1))
+    await settle()
+    assert faust.committing == [{KEYED: 1}]
+    assert steps.acked == [(KEYED, 0)]
+    faust.done.set()
+    assert await asyncio.wait_for(commit, timeout=5)
+    await asyncio.wait_for(keyed_step, timeout=5)
+    assert steps.acked == [(KEYED, 0), (KEYED, 1)]
+    assert steps.sent == [(KEYED, [b"0"]), (KEYED, [b"1"])]
+    task = own_tasks.get(KEYED)
+    assert task is not None and task.held == 0 and not task.broken
+    assert app.consumer._new_offset(KEYED) == 2
+
+
+async def test_a_worker_behind_lets_steps_go_on_as_soon_as_the_transaction_commits(
+    steps: Steps, own_tasks: PartitionTasks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    faust = FaustCommit(monkeypatch)
+    interval_of_an_hour(monkeypatch)
+    waiting = settings().max_run_records + 1  # more than a run: ingest is behind
+    monkeypatch.setattr(app.consumer, "highwater", lambda tp: waiting if tp == INGEST else None)
+    await steps.run(KEYED, 0)
+    commit = commit_of([KEYED])
+    await settle()
+    await asyncio.wait_for(steps.run(KEYED, 1), timeout=5)  # held
+    assert steps.acked == [(KEYED, 0), (KEYED, 1)]
+    assert steps.sent == [(KEYED, [b"0"])]
+    faust.done.set()
+    assert await asyncio.wait_for(commit, timeout=5)
+    assert steps.sent == [(KEYED, [b"0"]), (KEYED, [b"1"])]
+    assert app.consumer._new_offset(KEYED) == 2
 
 
 async def _a_held_step_fails(steps: Steps, faust: FaustCommit) -> None:
