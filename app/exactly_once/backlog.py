@@ -76,6 +76,9 @@ def fetched_end(consumer: Any, tp: TP) -> int | None:
 
 
 def records_waiting(consumer: Any, tasks: PartitionTasks) -> int:
-    """Records of the worker's partitions that the consumer's last fetches found and the
-    steps have not processed yet."""
-    return tasks.waiting(lambda tp: fetched_end(consumer, tp))
+    """Records of the worker's stream partitions that the consumer's last fetches found
+    and the steps have not processed yet. Not the tables' changelogs: no step processes
+    them, and a restore leaves their ends far ahead of where their tasks stand."""
+    return tasks.waiting(
+        lambda tp: None if internals.is_changelog(consumer, tp) else fetched_end(consumer, tp)
+    )

@@ -93,8 +93,9 @@ def test_records_waiting_are_those_the_last_fetches_found_beyond_processing(
 ) -> None:
     """What a commit reads to tell whether the worker is behind (commit.let_steps_go_now)."""
     behind, revoked, unsought, ahead = (TP("events", p) for p in range(4))
-    own_tasks.assigned({behind, revoked, unsought, ahead})
-    for tp, reached in ((behind, 10), (revoked, 7), (ahead, 30)):
+    restored = TP("table-changelog", 0)  # sought to 0 like the others; a restore read it all
+    own_tasks.assigned({behind, revoked, unsought, ahead, restored})
+    for tp, reached in ((behind, 10), (revoked, 7), (ahead, 30), (restored, 0)):
         task = own_tasks.get(tp)
         assert task is not None
         task.offsets.sought_to_committed(reached)
@@ -103,7 +104,10 @@ def test_records_waiting_are_those_the_last_fetches_found_beyond_processing(
         def highwater(self, tp: TP) -> int | None:
             if tp == revoked:  # aiokafka's, once its thread has the partition no more
                 raise AssertionError("Partition is not assigned")
-            return {behind: 25, unsought: 40, ahead: 20}[tp]
+            return {behind: 25, unsought: 40, ahead: 20, restored: 90_000}[tp]
+
+        def _is_changelog_tp(self, tp: TP) -> bool:
+            return tp.topic.endswith("-changelog")
 
     assert backlog.records_waiting(Consumer(), own_tasks) == 15
     assert backlog.fetched_end(Consumer(), revoked) is None
