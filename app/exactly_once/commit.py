@@ -115,7 +115,7 @@ def let_steps_go_now(app: AppT, tasks: PartitionTasks) -> bool:
     """Whether steps go on as soon as the transaction commits: when more records wait
     than a run takes, the worker is behind, and throughput counts. Else a commit runs
     alone for up to half the commit interval: at 10,000 events/s one took 4-5 ms so
-    (p50), against 16-18 ms with the steps beside it (docs/exactly-once.md)."""
+    (p50), against 17-19 ms with the steps beside it (docs/exactly-once.md)."""
     return records_waiting(app.consumer, tasks) > settings().max_run_records
 
 
