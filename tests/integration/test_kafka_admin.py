@@ -262,7 +262,7 @@ async def test_a_transaction_s_offsets_commit_only_for_a_current_group_member(br
 
         async def producer_as(member: GroupMember) -> AIOKafkaProducer:
             producer = AIOKafkaProducer(bootstrap_servers=broker, transactional_id=f"{group}-tx")
-            internals.commit_offsets_as_member(producer, lambda: member)
+            internals.commit_offsets_as_member(producer, lambda: member, 0.005)
             await producer.start()
             return producer
 

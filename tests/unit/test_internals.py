@@ -1163,7 +1163,7 @@ async def test_the_transactional_producer_commits_offsets_as_the_member_it_is_to
         asked.append(MEMBER)
         return MEMBER
 
-    internals.commit_offsets_as_member(producer, member)
+    internals.commit_offsets_as_member(producer, member, 0.005)
     assert sender._do_txn_offset_commit != aiokafka_own
     # What it replaces: aiokafka's version-0 handler, one request after the look-up.
     source = inspect.getsource(Sender._do_txn_offset_commit)
@@ -1174,11 +1174,18 @@ async def test_the_transactional_producer_commits_offsets_as_the_member_it_is_to
     txn_manager.begin_transaction()
     offsets = {TopicPartition("events", 3): OffsetAndMetadata(40, "")}
     sent = txn_manager.add_offsets_to_txn(offsets, "g")  # what send_offsets_to_transaction awaits
-    handler = producer_internals._MemberTxnOffsetCommitHandler(sender, offsets, "g", member)
+    handler = producer_internals._MemberTxnOffsetCommitHandler(sender, offsets, "g", member, 0.005)
     struct = handler.create_request().build(TxnOffsetCommitRequest_v3)
     assert asked == [MEMBER]  # asked as the request is built
     assert (struct.producer_id, struct.generation_id, struct.member_id) == (17, 4, "member-4")
     assert struct.topics == [("events", [(3, 40, -1, "", {})], {})]
+    # Answered while the transaction before is still being completed: asked again soon.
+    loading = TxnOffsetCommitResponse_v3(0, [("events", [(3, 14, {})], {})], {})
+    assert handler.handle_response(loading) == 0.005
+    assert txn_manager.state == TransactionState.IN_TRANSACTION
+    # Any other retriable answer waits the producer's retry backoff.
+    no_coordinator = TxnOffsetCommitResponse_v3(0, [("events", [(3, 15, {})], {})], {})
+    assert handler.handle_response(no_coordinator) == sender._retry_backoff != 0.005
     # The group moved on without the member: the transaction fails for good.
     refused = TxnOffsetCommitResponse_v3(0, [("events", [(3, 22, {})], {})], {})
     assert handler.handle_response(refused) is None

@@ -52,10 +52,16 @@ class _MemberTxnOffsetCommitHandler(aiokafka_sender.TxnOffsetCommitHandler):  # 
     producer's does: aiokafka's handler raised it inside the sender."""
 
     def __init__(
-        self, sender: Any, offsets: Any, group_id: str, member: Callable[[], GroupMember]
+        self,
+        sender: Any,
+        offsets: Any,
+        group_id: str,
+        member: Callable[[], GroupMember],
+        loading_retry_seconds: float,
     ) -> None:
         super().__init__(sender, offsets, group_id)
         self._member = member
+        self._loading_retry = loading_retry_seconds
 
     def create_request(self) -> MemberTxnOffsetCommitRequest:
         txn_manager = self._sender._txn_manager
@@ -79,16 +85,23 @@ class _MemberTxnOffsetCommitHandler(aiokafka_sender.TxnOffsetCommitHandler):  # 
                     self._sender._txn_manager.fatal_error(error(f"{topic}[{partition}]"))
                     return None
         backoff: float | None = super().handle_response(resp)
+        codes = {code for _, partitions in resp.errors for _, code in partitions}
+        if backoff is not None and codes == {errors.CoordinatorLoadInProgressError.errno}:
+            return self._loading_retry
         return backoff
 
 
-def commit_offsets_as_member(producer: AIOKafkaProducer, member: Callable[[], GroupMember]) -> None:
+def commit_offsets_as_member(
+    producer: AIOKafkaProducer, member: Callable[[], GroupMember], loading_retry_seconds: float
+) -> None:
     """Make the transactional producer commit its transactions' offsets as `member()`
     (asked as each request is built), so that the group coordinator refuses them once
     the member has left the group's current generation. In place of its sender's
     `_do_txn_offset_commit`, which does the same with version 0 (no member): after the
     group coordinator's look-up (the sender's `_find_coordinator`), one request, and the
-    sender asks again while offsets are left."""
+    sender asks again while offsets are left. An answer of COORDINATOR_LOAD_IN_PROGRESS
+    alone is asked again after `loading_retry_seconds`, not the retry backoff: a commit
+    right after the one before meets it while that one's markers are written (a few ms)."""
     sender = producer._sender
 
     async def txn_offset_commit(offsets: Any, group_id: str) -> None:
@@ -99,7 +112,10 @@ def commit_offsets_as_member(producer: AIOKafkaProducer, member: Callable[[], Gr
         except errors.GroupAuthorizationFailedError as exc:
             sender._txn_manager.error_transaction(exc)
             return
-        await _MemberTxnOffsetCommitHandler(sender, offsets, group_id, member).do(node_id)
+        handler = _MemberTxnOffsetCommitHandler(
+            sender, offsets, group_id, member, loading_retry_seconds
+        )
+        await handler.do(node_id)
 
     sender._do_txn_offset_commit = txn_offset_commit
 
