@@ -20,6 +20,10 @@ def own_tasks(monkeypatch: pytest.MonkeyPatch) -> PartitionTasks:
     return tasks
 
 
+async def _delivered() -> None:
+    return None
+
+
 class FakeTransactionalProducer:
     """What faust needs of an aiokafka producer to begin and stop a transaction."""
 
@@ -29,6 +33,11 @@ class FakeTransactionalProducer:
         # aiokafka's sender and client: their routines' tasks, from the start
         self._sender = SimpleNamespace(sender_task=None)
         self.client = SimpleNamespace(_sync_task=None)
+        # what a commit touches of its accumulator and transaction manager (internals)
+        self._message_accumulator = SimpleNamespace(flush_for_commit=_delivered)
+        self._txn_manager = SimpleNamespace(
+            txn_partitions=set(), partitions_to_add=set, maybe_add_partition_to_txn=set().add
+        )
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()

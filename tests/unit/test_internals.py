@@ -1048,6 +1048,44 @@ async def test_a_full_batch_is_closed_and_the_next_opened_behind_it() -> None:
     assert [b.record_count for b in (first, second, third)] == [2, 1, 1]
 
 
+async def test_the_batches_still_gathering_are_closed_and_delivered_before_the_offsets() -> None:
+    producer = producer_knowing({"out": 2})
+    accumulator = producer._message_accumulator
+    gathering = await accumulator.add_message(TopicPartition("out", 1), b"k", b"v", 5)
+    (batch,) = accumulator._batches[TopicPartition("out", 1)]
+    delivering = asyncio.ensure_future(internals.deliver_gathered_batches(producer))
+    await asyncio.sleep(0)
+    # Closed at once, not after the linger, and waited for until the sender delivers it.
+    assert batch._builder.closed() and not delivering.done()
+    # What aiokafka's sender awaits before EndTxn: the same closing and waiting.
+    assert "batch._builder.close()" in inspect.getsource(type(accumulator).flush_for_commit)
+    assert "flush_for_commit()" in inspect.getsource(Sender._do_txn_commit)
+    batch.done(base_offset=7)
+    await delivering
+    assert (await gathering).offset == 7
+
+
+async def test_a_transaction_begins_with_the_partitions_the_one_before_wrote() -> None:
+    producer = producer_knowing({"out": 3}, transactional_id="pairstream-events-0")
+    transaction = producer._txn_manager
+    transaction.set_pid_and_epoch(1, 0)
+    transaction.begin_transaction()
+    out = [TopicPartition("out", p) for p in range(3)]
+    transaction.maybe_add_partition_to_txn(out[0])
+    transaction.partition_added(out[0])  # the broker's answer to AddPartitionsToTxn
+    transaction.maybe_add_partition_to_txn(out[2])  # asked, not answered yet
+    written = internals.transaction_partitions(producer)
+    assert written == {out[0], out[2]}
+    transaction.partition_added(out[2])
+    transaction.committing_transaction()
+    transaction.complete_transaction()  # the broker's answer to EndTxn
+    transaction.begin_transaction()
+    assert internals.transaction_partitions(producer) == frozenset()
+    internals.add_to_transaction(producer, written)
+    # All pending at once: the sender asks for them in one AddPartitionsToTxn.
+    assert transaction.partitions_to_add() == {out[0], out[2]}
+
+
 async def test_no_more_batches_are_opened_behind_those_the_sender_has_not_taken() -> None:
     producer = producer_knowing({"out": 5})
     tp = TopicPartition("out", 0)

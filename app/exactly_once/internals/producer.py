@@ -23,14 +23,17 @@ from app.kafka.txn_offset_commit import (
 
 __all__ = [
     "QUEUED_BATCHES_PER_PARTITION",
+    "add_to_transaction",
     "append_to_open_batches",
     "commit_offsets_as_member",
+    "deliver_gathered_batches",
     "keyed_partitioner",
     "metadata_task",
     "plain_producer",
     "retry_concurrent_transactions_after",
     "sender_task",
     "track_known_topics",
+    "transaction_partitions",
     "transaction_producer",
 ]
 
@@ -127,6 +130,37 @@ def retry_concurrent_transactions_after(seconds: float) -> None:
     `BACKOFF_OVERRIDE` (20 ms) there, in every producer of the process; with commits
     back to back, that wait was most of the time between two of them."""
     aiokafka_sender.BACKOFF_OVERRIDE = seconds
+
+
+async def deliver_gathered_batches(producer: AIOKafkaProducer) -> None:
+    """Close the batches the producer is still gathering and wait until every batch it
+    holds is delivered: its accumulator's `flush_for_commit`, which aiokafka's sender
+    awaits before the end of a transaction, after the offsets. A produce request that
+    starts while the transaction's offsets go in (AddOffsetsToTxn, TxnOffsetCommit)
+    waits at the broker: its first write of a partition in the transaction is verified
+    with the transaction coordinator, which answers CONCURRENT_TRANSACTIONS while it
+    writes the offsets' state, and the broker asks again after
+    add.partitions.to.txn.retry.backoff.ms (20 ms). `producer.flush` would wait out
+    the linger instead."""
+    await producer._message_accumulator.flush_for_commit()
+
+
+def transaction_partitions(producer: AIOKafkaProducer) -> frozenset[TopicPartition]:
+    """The partitions the producer's open transaction writes: those its transaction
+    manager (`_txn_manager`) has added and those still to be added."""
+    txn_manager = producer._txn_manager
+    return frozenset(txn_manager.txn_partitions | txn_manager.partitions_to_add())
+
+
+def add_to_transaction(producer: AIOKafkaProducer, tps: frozenset[TopicPartition]) -> None:
+    """Add `tps` to the producer's open transaction before records for them come: its
+    sender adds what is pending in one AddPartitionsToTxn (`maybe_add_partition_to_txn`).
+    Added one by one as records come, a partition's first records could go while the
+    coordinator still wrote the next one's: their write waited for the broker's retry
+    (`deliver_gathered_batches`)."""
+    txn_manager = producer._txn_manager
+    for tp in tps:
+        txn_manager.maybe_add_partition_to_txn(tp)
 
 
 def track_known_topics(producer: AIOKafkaProducer) -> None:
