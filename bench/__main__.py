@@ -8,7 +8,9 @@ import argparse
 import asyncio
 import math
 import multiprocessing
+import os
 import sys
+import time
 import uuid
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ProcessPoolExecutor
@@ -29,7 +31,7 @@ from bench.latency import (
     run_quix_latency,
     run_wait_profile,
 )
-from bench.measure import median
+from bench.measure import median, stolen_seconds
 from bench.pairstream import run_worker
 from bench.quix import python, run_quix
 from bench.report import Results, render
@@ -181,6 +183,7 @@ def measure(plan: Plan, side_by_side: bool) -> Results:
     measured; or `side_by_side`, each in a process of its own (a smoke run: its figures
     then say nothing about speed, and it is over in a fraction of the time). Each part
     gives its runs their own topics and state."""
+    stolen_before, began = stolen_seconds(), time.monotonic()
     print("the rules and codecs alone ...", flush=True)
     results = Results(
         level_seconds=plan.level_seconds,
@@ -196,6 +199,8 @@ def measure(plan: Plan, side_by_side: bool) -> Results:
     else:
         for part in PARTS:
             asyncio.run(part(plan, results))
+    cores = os.cpu_count() or 1
+    results.stolen = (stolen_seconds() - stolen_before) / (time.monotonic() - began) / cores
     return results
 
 

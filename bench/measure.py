@@ -1,5 +1,5 @@
-"""What a benchmark run measures: CPU time of a process, and the steady rate of
-progress sampled over time."""
+"""What a benchmark run measures: CPU time of a process, the CPU the host took from this
+machine, and the steady rate of progress sampled over time."""
 
 from __future__ import annotations
 
@@ -19,6 +19,19 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
+def stolen_seconds(stat: str = "/proc/stat") -> float:
+    """CPU time the hypervisor gave to others while this machine's cores wanted it (the
+    steal column of /proc/stat, summed over the cores); NaN where it is not kept. On a
+    shared host this is what makes two runs of the same code minutes apart differ."""
+    try:
+        with open(stat) as lines:
+            first = lines.readline().split()
+    except OSError:
+        return math.nan
+    # cpu user nice system idle iowait irq softirq steal ...
+    return int(first[8]) / TICKS if first[:1] == ["cpu"] and len(first) > 8 else math.nan
 
 
 def listening_pid(port: int) -> int | None:
@@ -44,25 +57,33 @@ def listening_pid(port: int) -> int | None:
     return None
 
 
+STOLEN = "stolen"  # CpuShares' name for what the host took from the machine's cores
+
+
 class CpuShares:
     """The CPU each of some processes used from `start()` on, as a share of one core
-    (NaN for one that ended meanwhile)."""
+    (NaN for one that ended meanwhile), and under `STOLEN` the CPU the host took from
+    all the machine's cores meanwhile, in the same unit."""
 
     def __init__(self, pids: dict[str, int]) -> None:
         self._pids = pids
         self._began = time.monotonic()
         self._before: dict[str, float] = {}
+        self._stolen_before = math.nan
 
     def start(self) -> None:
         self._began = time.monotonic()
         self._before = {name: _cpu_or_nan(pid) for name, pid in self._pids.items()}
+        self._stolen_before = stolen_seconds()
 
     def shares(self) -> dict[str, float]:
         elapsed = time.monotonic() - self._began
-        return {
+        shares = {
             name: (_cpu_or_nan(pid) - self._before[name]) / elapsed
             for name, pid in self._pids.items()
         }
+        shares[STOLEN] = (stolen_seconds() - self._stolen_before) / elapsed
+        return shares
 
 
 def _cpu_or_nan(pid: int) -> float:

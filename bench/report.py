@@ -22,7 +22,7 @@ from bench.latency import (
     LatencyResult,
     WaitPart,
 )
-from bench.measure import median
+from bench.measure import STOLEN, median
 from bench.pairstream import PairstreamResult
 from bench.quix import QUIXSTREAMS, QuixResult
 from bench.restart import HOLD_SECONDS, PROBES, RestartResult
@@ -42,6 +42,17 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({model}), {mem_kib / 2**20:.0f} GiB, {platform.platform()}"
 
 
+def stolen(share_: float | None) -> str:
+    """The run's steal, read: a shared host's other tenants slow every figure of a run
+    with much of it, and by an amount no other figure shows."""
+    if share_ is None or math.isnan(share_):
+        return "not kept by this kernel"
+    return (
+        f"{share_:.1%} of the machine's cores (the steal column of /proc/stat); above a"
+        " few percent, other tenants of the host slowed this run's figures"
+    )
+
+
 def kafka_version() -> str:
     found = re.search(r"<kafka.version>([^<]+)</kafka.version>", POM.read_text())
     return found.group(1) if found else "?"
@@ -59,6 +70,7 @@ class Results:
     wait_profile: list[WaitPart] = field(default_factory=list)  # the default worker's, at:
     wait_rate: float | None = None  # events/s offered
     level_seconds: float = 0.0  # how long each latency level ran
+    stolen: float | None = None  # share of the machine's cores the host took over the run
     latency_basis: float | None = None  # events/s the latency loads are shares of
     profiled: PairstreamResult | None = None  # one more run, under py-spy
     # Runs with and without transactions at the longest interval, alternating.
@@ -216,14 +228,15 @@ def latency_section(
         f" defaults; {QUIX.app}: the peer below at commit interval {QUIX.commit_interval:g} s,"
         " the rest its own defaults. While each level's load was offered: the CPU of the"
         " app's process, the broker's and the load's (the process that offers it and reads"
-        " the outputs), each as a share of one core of this machine's"
-        f" {os.cpu_count()}; and the worker's commits (its /stats).",
+        " the outputs), and what the host took from all the machine's cores (stolen), each"
+        f" as a share of one core of this machine's {os.cpu_count()}; and the worker's"
+        " commits (its /stats).",
         ["level", "events/s offered", "app", "commit interval (s)", "pairs", "p50 (s)",
-         "p90 (s)", "p99 (s)", "max (s)", "CPU: app / broker / load", "commits/s",
+         "p90 (s)", "p99 (s)", "max (s)", "CPU: app / broker / load / stolen", "commits/s",
          "mean commit (s)"],
         [[level_name(r), f"{r.level.rate:,.0f}", r.app, f"{r.commit_interval:g}",
           f"{r.pairs:,}", f"{r.p50:.3f}", f"{r.p90:.3f}", f"{r.p99:.3f}", f"{r.max:.3f}",
-          " / ".join(share(r.cpu.get(name)) for name in ("app", "broker", "load")),
+          " / ".join(share(r.cpu.get(name)) for name in ("app", "broker", "load", STOLEN)),
           "" if r.commit_rate is None else f"{r.commit_rate:.1f}",
           "" if r.commit_mean is None else f"{r.commit_mean:.3f}"]
          for r in sorted(measured, key=lambda r: r.level.rate)],
@@ -273,6 +286,7 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
         ),
         "",
         f"- Machine: {machine()}",
+        f"- CPU stolen by the host over the run: {stolen(results.stolen)}",
         f"- Python {platform.python_version()}, faust-streaming {version('faust-streaming')},"
         f" aiokafka {version('aiokafka')}, Kafka {kafka_version()} (one local KRaft broker)",
         f"- Workload: {events:,} A/B events pre-produced into a {INPUT_PARTITIONS}-partition input"

@@ -66,6 +66,7 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     assert set((ROOT / ".run").glob("bench-*")) <= files
     report = out.read_text()
     assert "3,000 A/B events" in report
+    assert re.search(r"- CPU stolen by the host over the run: \d+\.\d% of the machine", report)
     assert "ran side by side: its figures say nothing about speed" in report
     [pairstream] = table_rows(report, "pairstream, one worker, exactly-once")
     assert pairstream[:2] == ["1", "1"]  # commit interval, run
@@ -99,8 +100,9 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     for row in latency:
         pairs, p50, p90, p99, worst = (number(cell) for cell in row[4:9])
         assert pairs > 0 and 0 < p50 <= p90 <= p99 <= worst
-        app, broker, load = (number(cell.rstrip("%")) for cell in row[9].split(" / "))
+        app, broker, load, stolen = (number(cell.rstrip("%")) for cell in row[9].split(" / "))
         assert app > 0 and broker > 0 and load > 0  # the broker runs here: seen too
+        assert stolen >= 0  # this kernel keeps steal
         if row[2].startswith("pairstream"):  # its commits, from the worker's /stats
             assert number(row[10]) > 0 and number(row[11]) > 0
         else:

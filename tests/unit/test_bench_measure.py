@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.latency import WAIT_PARTS, LatencyResult, Level, Timings, levels, wait_profile
-from bench.measure import CpuShares, Samples, listening_pid, median
+from bench.measure import STOLEN, CpuShares, Samples, listening_pid, median, stolen_seconds
 from bench.pairstream import PairstreamResult, discard_run, worker_run
 from bench.profile import Profile
 from bench.quix import QuixResult
@@ -27,6 +27,7 @@ from bench.report import (
     transactions_section,
 )
 from bench.report import share as report_share
+from bench.report import stolen as report_stolen
 from bench.restart import RestartResult
 
 
@@ -178,7 +179,7 @@ def test_latency_levels_are_fixed_rates_and_shares_of_the_maximum_by_rate() -> N
 def test_the_latency_table_has_each_app_beside_the_others_at_each_level() -> None:
     def run(app: str, interval: float, level: Level, p99: float) -> LatencyResult:
         if app.startswith("pairstream"):  # the worker's CPU and commits, the broker unseen
-            cpu, commit_rate, commit_mean = {"app": 0.8, "load": 0.255}, 12.5, 0.041
+            cpu, commit_rate, commit_mean = {"app": 0.8, "load": 0.255, "stolen": 0.04}, 12.5, 0.041
             return LatencyResult(
                 app, interval, level, 10, 0.25, 0.5, p99, 2.0, cpu, commit_rate, commit_mean
             )
@@ -201,9 +202,9 @@ def test_the_latency_table_has_each_app_beside_the_others_at_each_level() -> Non
     assert f"a share of one core of this machine's {os.cpu_count()}" in text
     assert lines[-8] == (
         "| level | events/s offered | app | commit interval (s) | pairs | p50 (s) | p90 (s)"
-        " | p99 (s) | max (s) | CPU: app / broker / load | commits/s | mean commit (s) |"
+        " | p99 (s) | max (s) | CPU: app / broker / load / stolen | commits/s | mean commit (s) |"
     )
-    ours, quix = "80% / - / 26% | 12.5 | 0.041 |", "100% / 30% / - |  |  |"
+    ours, quix = "80% / - / 26% / 4% | 12.5 | 0.041 |", "100% / 30% / - / - |  |  |"
     figures = "| 10 | 0.250 | 0.500 |"
     assert lines[-6:] == [
         f"| 1,000/s | 1,000 | pairstream default | 0.5 {figures} 0.600 | 2.000 | {ours}",
@@ -245,6 +246,19 @@ def test_the_process_listening_on_a_port_is_found() -> None:
         assert listening_pid(port) == os.getpid()
 
 
+def test_stolen_time_is_the_steal_column_of_proc_stat_in_seconds(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    ticks = os.sysconf("SC_CLK_TCK")
+    # cpu user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text(f"cpu  10 0 5 900 1 0 2 {3 * ticks} 0 0\ncpu0 5 0 2 450 0 0 1 7 0 0\n")
+    assert stolen_seconds(str(stat)) == 3.0
+    stat.write_text("cpu  10 0 5 900 1 0 2\n")  # a kernel before steal was kept
+    assert math.isnan(stolen_seconds(str(stat)))
+    assert math.isnan(stolen_seconds(str(tmp_path / "absent")))
+    assert report_stolen(0.1234).startswith("12.3% of the machine's cores")
+    assert report_stolen(math.nan) == report_stolen(None) == "not kept by this kernel"
+
+
 def test_cpu_shares_are_of_one_core_and_nan_for_an_ended_process() -> None:
     gone = subprocess.Popen(["true"])
     gone.wait()
@@ -257,5 +271,6 @@ def test_cpu_shares_are_of_one_core_and_nan_for_an_ended_process() -> None:
     cores = os.cpu_count() or 1
     assert 0 < shares["here"] <= cores  # shares of one core: up to all of them
     assert math.isnan(shares["gone"])
+    assert shares[STOLEN] >= 0 or math.isnan(stolen_seconds())  # NaN only on such a kernel
     assert (report_share(shares["gone"]), report_share(None)) == ("-", "-")
     assert report_share(0.456) == "46%"
