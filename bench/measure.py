@@ -24,7 +24,7 @@ def cpu_seconds(pid: int) -> float:
 def stolen_seconds(stat: str = "/proc/stat") -> float:
     """CPU time the hypervisor gave to others while this machine's cores wanted it (the
     steal column of /proc/stat, summed over the cores); NaN where it is not kept. On a
-    shared host this is what makes two runs of the same code minutes apart differ."""
+    shared host it is one reason two runs of the same code minutes apart differ."""
     try:
         with open(stat) as lines:
             first = lines.readline().split()
