@@ -90,18 +90,23 @@ async def _admitted(app: PairstreamApp, message: Any, offset: int) -> bool:
         verdict = offsets.verdict(offset)
         if verdict is Verdict.PROCESS and offsets.jumps_from_seek(offset):
             verdict = await _check_jump(tp, offsets, offset)
-        if verdict is Verdict.PROCESS:
+        if tasks.closing or tasks.get(tp) is not task:
+            # Revoked while the broker was asked: a step now would find no task, and
+            # the message, never acked, would hold the rebalance up for good.
+            reason = "closing"
+        elif verdict is Verdict.PROCESS:
             held = consumer.last_read.holds
             if held:
                 held.pop(tp, None)  # back in order after a seek back
             return True
-        reason = verdict.value
-        if verdict is not Verdict.REDELIVERED:
-            offsets.skipped(offset)
-        if verdict is Verdict.OUT_OF_ORDER and offsets.next is not None:
-            # Again for every such record: aiokafka may hand on records it
-            # fetched before the last seek.
-            await consumer.seek_back(tp, offsets.next)
+        else:
+            reason = verdict.value
+            if verdict is not Verdict.REDELIVERED:
+                offsets.skipped(offset)
+            if verdict is Verdict.OUT_OF_ORDER and offsets.next is not None:
+                # Again for every such record: aiokafka may hand on records it
+                # fetched before the last seek.
+                await consumer.seek_back(tp, offsets.next)
     log.warning("skipped %s record %s@%d", reason, tp, offset)
     tasks.stats.count(f"skipped_{reason}")
     internals.forget_unacked(consumer, message)

@@ -282,6 +282,20 @@ class Worker:
             log.seek(self._log_offset)
             return log.read().decode(errors="replace")
 
+    def diagnosis(self, lines: int = 12) -> str:
+        """Whether it runs, and the last warnings and errors it logged: what a test that
+        timed out on its outputs shows of it (CI keeps only the test's failure)."""
+        assert self.process is not None
+        code = self.process.poll()
+        state = "running" if code is None else f"exited with {code}"
+        notable = [
+            line[:300]
+            for line in self.log().splitlines()
+            if ("[WARNING]" in line or "[ERROR]" in line or "Traceback" in line)
+            and "Missing sensor state" not in line  # faust's, at every rebalance
+        ]
+        return f"{self.log_path.name}: {state}\n" + "\n".join(notable[-lines:])
+
     async def wait_ready(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         while "Worker]: Ready" not in self.log():
@@ -396,7 +410,12 @@ async def finish(
     """Wait for every output the model predicts, stop the workers (nothing more can
     commit after that), and return all that was committed."""
     async with OutputReader(pipeline.conf) as reader:
-        await wait_for_outputs(reader, expected_total(expected), timeout)
+        total = expected_total(expected)
+        await wait_for_outputs(reader, total, timeout)
+        assert reader.total >= total, (
+            f"{reader.total} of {total} outputs after {timeout:.0f} s\n"
+            + "\n".join(worker.diagnosis() for worker in workers)
+        )
         uncommitted = await input_left_uncommitted(pipeline)
         assert not uncommitted, f"outputs committed without their inputs' offsets: {uncommitted}"
         await stop_workers(workers)

@@ -7,8 +7,10 @@ from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from faust.types import TP
 
+from app.exactly_once import in_order
 from app.exactly_once.in_order import runs_once
 from app.exactly_once.partition_tasks import PartitionTasks
 from app.exactly_once.runs import Run, in_runs
@@ -96,5 +98,28 @@ async def test_a_run_while_the_assignment_closes_is_skipped_and_remembered(
     task.offsets.sought_to_committed(20)
     own_tasks.closing = True
     stream = Stream([Run(EVENTS, records(EVENTS, range(20, 25)))])
+    assert [todo async for _, todo in runs_once(app, stream)] == []
+    assert own_tasks.stats.process["skipped_closing"] == 1
+
+
+async def test_a_run_revoked_while_its_jump_is_checked_is_skipped_not_handed_on(
+    own_tasks: PartitionTasks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first run after a seek jumps offsets, so the broker is asked about them; a
+    rebalance that revokes the partition meanwhile must not find the run handed on
+    (its step would find no task, and faust would wait for its ack for good)."""
+    own_tasks.assigned({EVENTS})
+    task = own_tasks.get(EVENTS)
+    assert task is not None
+    task.offsets.sought_to_committed(20)
+
+    async def revoked_meanwhile(*_: Any) -> bool:
+        own_tasks.closing = True
+        own_tasks.revoked({EVENTS})
+        return False  # only markers between: the jump itself is fine
+
+    monkeypatch.setattr(in_order, "committed_records_between", revoked_meanwhile)
+    run = Run(EVENTS, records(EVENTS, range(25, 28)))
+    stream = Stream([run])
     assert [todo async for _, todo in runs_once(app, stream)] == []
     assert own_tasks.stats.process["skipped_closing"] == 1
