@@ -26,7 +26,7 @@ from app.kafka.admin import ensure_topics
 from app.kafka.connection import KafkaConnection
 from app.settings import Settings
 from bench.ceiling import BatchedSink
-from bench.measure import CpuShares, listening_pid
+from bench.measure import CpuShares, collector_paused, listening_pid
 from bench.pairstream import WorkerRun, discard_run, worker_commits, worker_run
 from bench.quix import committed_reader, start_app, state_dir
 from bench.workload import INPUT_PARTITIONS, create_topic, delete_topics
@@ -218,19 +218,20 @@ async def measure_levels(
         first = 1
         cpu = CpuShares(watched.pids)
         for level in offered:
-            commits_before = await watched.commits() if watched.commits else None
-            cpu.start()
-            sent = await offer(producer, topic, level.rate, seconds, first)
-            shares = cpu.shares()
-            commit_rate = commit_mean = None
-            if watched.commits and commits_before is not None:
-                count, total = await watched.commits()
-                done = count - commits_before[0]
-                commit_rate = done / seconds
-                commit_mean = (total - commits_before[1]) / done if done else math.nan
-            first += len(sent)
-            measured = list(sent.items())[int(len(sent) * WARM_UP / seconds) :]
-            await visible([key for key, _ in measured], seen, DRAIN_SECONDS, reading)
+            with collector_paused():
+                commits_before = await watched.commits() if watched.commits else None
+                cpu.start()
+                sent = await offer(producer, topic, level.rate, seconds, first)
+                shares = cpu.shares()
+                commit_rate = commit_mean = None
+                if watched.commits and commits_before is not None:
+                    count, total = await watched.commits()
+                    done = count - commits_before[0]
+                    commit_rate = done / seconds
+                    commit_mean = (total - commits_before[1]) / done if done else math.nan
+                first += len(sent)
+                measured = list(sent.items())[int(len(sent) * WARM_UP / seconds) :]
+                await visible([key for key, _ in measured], seen, DRAIN_SECONDS, reading)
             ordered = sorted(seen[key] - at for key, at in measured)
             if timings is not None:
                 timings.pairs.extend((key, at, seen[key]) for key, at in measured)

@@ -228,7 +228,8 @@ def latency_section(
         f" defaults; {QUIX.app}: the peer below at commit interval {QUIX.commit_interval:g} s,"
         " the rest its own defaults. While each level's load was offered: the CPU of the"
         " app's process, the broker's and the load's (the process that offers it and reads"
-        " the outputs), and what the host took from all the machine's cores (stolen), each"
+        " the outputs, its garbage collector off while it times a level), and what the host"
+        " took from all the machine's cores (stolen), each"
         f" as a share of one core of this machine's {os.cpu_count()}; and the worker's"
         " commits (its /stats).",
         ["level", "events/s offered", "app", "commit interval (s)", "pairs", "p50 (s)",

@@ -4,6 +4,7 @@ the suite run apart."""
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import socket
@@ -14,7 +15,15 @@ from pathlib import Path
 import pytest
 
 from bench.latency import WAIT_PARTS, LatencyResult, Level, Timings, levels, wait_profile
-from bench.measure import STOLEN, CpuShares, Samples, listening_pid, median, stolen_seconds
+from bench.measure import (
+    STOLEN,
+    CpuShares,
+    Samples,
+    collector_paused,
+    listening_pid,
+    median,
+    stolen_seconds,
+)
 from bench.pairstream import PairstreamResult, discard_run, worker_run
 from bench.profile import Profile
 from bench.quix import QuixResult
@@ -274,3 +283,11 @@ def test_cpu_shares_are_of_one_core_and_nan_for_an_ended_process() -> None:
     assert shares[STOLEN] >= 0 or math.isnan(stolen_seconds())  # NaN only on such a kernel
     assert (report_share(shares["gone"]), report_share(None)) == ("-", "-")
     assert report_share(0.456) == "46%"
+
+
+def test_the_collector_is_off_while_timing_and_back_after() -> None:
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    with collector_paused():
+        assert not gc.isenabled()
+        assert gc.get_freeze_count() > 0  # what was there before the timing: not looked at
+    assert gc.isenabled() and gc.get_freeze_count() == 0
