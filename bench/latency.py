@@ -118,6 +118,7 @@ class WaitPart:
 # consumers (seen by ours), to pairing's writing the pair (the pair record's CreateTime), to
 # the pair readable (seen by ours).
 WAIT_PARTS = (
+    "the load's send: linger and produce",
     "ingest: fetch, queue and step",
     "ingest's transaction commits",
     "pairing: fetch, queue and step",
@@ -127,6 +128,14 @@ WAIT_PARTS = (
 
 def percentile(ordered: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+ID_FIELD = b'"id":"'  # the last field of append_partners' values
+
+
+def pair_id_of(value: bytes) -> str:
+    """The id its pair is known by (the A's) of an event append_partners made."""
+    return "A" + value.rsplit(ID_FIELD, 1)[1][1:-2].decode()
 
 
 def append_partners(sink: BatchedSink, number: int) -> str:
@@ -268,12 +277,26 @@ async def pairstream_pairs(reader: OutputReader) -> PairIds:
 @dataclass
 class Timings:
     """What the wait profile is computed from: the measured pairs (A id, sent, seen; the
-    monotonic clock), and by pairing key the keyed records' and pairs' Kafka timestamps
-    and when ours saw them (the wall clock)."""
+    monotonic clock), when the broker appended the later of their events (the input
+    topic's LogAppendTime), and by pairing key the keyed records' and pairs' Kafka
+    timestamps and when ours saw them (the wall clock)."""
 
     pairs: list[tuple[str, float, float]] = field(default_factory=list)
+    appended: dict[str, float] = field(default_factory=dict)  # A id: later of A and B
     keyed: dict[bytes, tuple[float, float]] = field(default_factory=dict)  # later of A and B
     made: dict[str, tuple[bytes, float]] = field(default_factory=dict)  # A id: key, CreateTime
+
+
+async def timed_input(consumer: AIOKafkaConsumer, timings: Timings) -> None:
+    """Each pair's events: when the broker appended the later of them."""
+    appended = timings.appended
+    while True:
+        batches = await consumer.getmany(timeout_ms=500, max_records=10_000)
+        for records in batches.values():
+            for record in records:
+                pair_id = pair_id_of(record.value)
+                at = record.timestamp / 1000
+                appended[pair_id] = max(at, appended.get(pair_id, at))
 
 
 async def timed_keyed(consumer: AIOKafkaConsumer, timings: Timings) -> None:
@@ -303,15 +326,16 @@ async def timed_pairs(consumer: AIOKafkaConsumer, timings: Timings) -> PairIds:
 
 
 def wait_profile(timings: Timings, wall_minus_monotonic: float) -> list[WaitPart]:
-    """`WAIT_PARTS` over the measured pairs whose keyed records were seen."""
+    """`WAIT_PARTS` over the measured pairs whose input and keyed records were seen."""
     parts: list[list[float]] = [[] for _ in WAIT_PARTS]
     for a_id, sent, seen in timings.pairs:
         key, made = timings.made[a_id]
-        if key not in timings.keyed:
+        if key not in timings.keyed or a_id not in timings.appended:
             continue
         rekeyed, readable = timings.keyed[key]
         moments = (
             sent + wall_minus_monotonic,
+            timings.appended[a_id],
             rekeyed,
             readable,
             made,
@@ -320,7 +344,7 @@ def wait_profile(timings: Timings, wall_minus_monotonic: float) -> list[WaitPart
         for part, (start, end) in zip(parts, itertools.pairwise(moments), strict=False):
             part.append(end - start)
     if not parts[0]:
-        raise RuntimeError("no measured pair's keyed records were seen")
+        raise RuntimeError("no measured pair's input and keyed records were seen")
     return [
         WaitPart(name, *(percentile(sorted(part), share) for share in (0.5, 0.9, 0.99)))
         for name, part in zip(WAIT_PARTS, parts, strict=True)
@@ -368,20 +392,25 @@ async def run_wait_profile(
     bootstrap: str, setup: Setup, level: Level, seconds: float
 ) -> list[WaitPart]:
     """Where a pair's time goes, at one level: the worker's own topics read by ours, each
-    record's Kafka timestamp (when the worker wrote it) beside when ours could read it."""
+    record's Kafka timestamp (when the worker wrote it) beside when ours could read it;
+    the input's timestamps are the broker's (LogAppendTime), which ingest only carries
+    along."""
     run = worker_run("bench-wait", bootstrap, setup.commit_interval, setup.env)
     conf, log_path = run.conf, run.log_path
-    await create_topic(bootstrap, conf.events_topic)
+    await create_topic(bootstrap, conf.events_topic, {"message.timestamp.type": "LogAppendTime"})
     await ensure_topics(conf)
     worker = start_worker(log_path, run.env)
-    keyed = committed_reader(bootstrap, conf.keyed_topic)
-    pairs = committed_reader(bootstrap, conf.pairs_topic)
+    readers = [
+        committed_reader(bootstrap, topic)
+        for topic in (conf.events_topic, conf.keyed_topic, conf.pairs_topic)
+    ]
+    events, keyed, pairs = readers
     timings = Timings()
     wall_minus_monotonic = time.time() - time.monotonic()
-    reading: asyncio.Future[None] | None = None
+    reading: asyncio.Future[Any] | None = None
     try:
-        await asyncio.gather(keyed.start(), pairs.start())
-        reading = asyncio.ensure_future(timed_keyed(keyed, timings))
+        await asyncio.gather(*(reader.start() for reader in readers))
+        reading = asyncio.gather(timed_input(events, timings), timed_keyed(keyed, timings))
         await wait_ready(log_path, worker)
         await measure_levels(
             bootstrap,
@@ -398,7 +427,7 @@ async def run_wait_profile(
             reading.cancel()
             with suppress(asyncio.CancelledError):
                 await reading
-        await asyncio.gather(keyed.stop(), pairs.stop())
+        await asyncio.gather(*(reader.stop() for reader in readers))
         stop_worker(worker)
     await run.discard()
     return wait_profile(timings, wall_minus_monotonic)
@@ -457,7 +486,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--commit-interval", type=float, default=DEFAULT_COMMIT_INTERVAL)
     parser.add_argument("--bootstrap", required=True, help="a running broker")
     parser.add_argument(
-        "--wait-profile", action="store_true", help="where a pair's time goes, in four parts"
+        "--wait-profile", action="store_true", help="where a pair's time goes, in five parts"
     )
     args = parser.parse_args(argv)
     setup = Setup("pairstream", args.commit_interval)

@@ -253,13 +253,14 @@ def wait_section(parts: list[WaitPart], offered: float | None, level_seconds: fl
     return section(
         "Where a pair's time goes",
         f"One more worker at its defaults, {rate(offered or math.nan)} events/s offered for"
-        f" {level_seconds:g} s as above, its keyed and pairs topics read by a read_committed"
-        " consumer of ours. A pair's time, end to end as above, in four parts, each from one"
-        " moment to the next: its events sent; ingest's write of the later of them re-keyed"
-        " (the keyed record's Kafka timestamp); that record readable (ours saw it); pairing's"
-        " write of the pair (its Kafka timestamp); the pair readable. Ours reads as pairing"
-        " does, so the third part can come out below zero when pairing read first"
-        " (`bench/latency.py`, `run_wait_profile`).",
+        f" {level_seconds:g} s as above, its input, keyed and pairs topics read by a"
+        " read_committed consumer of ours. A pair's time, end to end as above, in five parts,"
+        " each from one moment to the next: its events sent; the later of them appended by"
+        " the broker (its Kafka timestamp: this input topic keeps the broker's append time);"
+        " ingest's write of it re-keyed (the keyed record's Kafka timestamp); that record"
+        " readable (ours saw it); pairing's write of the pair (its Kafka timestamp); the pair"
+        " readable. Ours reads as pairing does, so the fourth part can come out below zero"
+        " when pairing read first (`bench/latency.py`, `run_wait_profile`).",
         ["part", "p50 (s)", "p90 (s)", "p99 (s)"],
         [[p.part, f"{p.p50:.3f}", f"{p.p90:.3f}", f"{p.p99:.3f}"] for p in parts],
     )

@@ -4,6 +4,8 @@ pre-produced before any worker starts."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from app.kafka.connection import KafkaConnection
@@ -27,12 +29,13 @@ def workload(count: int, seed: int = 14) -> list[Record]:
     return generate(shape)
 
 
-async def create_topic(bootstrap: str, topic: str) -> None:
-    """A topic of INPUT_PARTITIONS partitions (the broker does not auto-create)."""
+async def create_topic(bootstrap: str, topic: str, config: Mapping[str, str] | None = None) -> None:
+    """A topic of INPUT_PARTITIONS partitions (the broker does not auto-create), with the
+    topic `config` given."""
     admin = AIOKafkaAdminClient(**KafkaConnection(bootstrap).aiokafka())
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(topic, INPUT_PARTITIONS, 1)])
+        await admin.create_topics([NewTopic(topic, INPUT_PARTITIONS, 1, topic_configs=config)])
     finally:
         await admin.close()
 

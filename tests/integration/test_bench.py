@@ -112,7 +112,7 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     for row in parts:
         p50, p90, p99 = (float(cell) for cell in row[1:])
         assert p50 <= p90 <= p99  # pairing's own read can come before ours: not all above 0
-    assert number(parts[1][1]) > 0 and number(parts[3][1]) > 0  # a commit takes time
+    assert number(parts[2][1]) > 0 and number(parts[4][1]) > 0  # a commit takes time
     [workers] = table_rows(report, "Two workers against one")
     assert workers[:2] == ["2", "1"]
     # 3,000 events at 1 s commits: all committed at once, no steady rate to read.

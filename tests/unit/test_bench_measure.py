@@ -5,16 +5,28 @@ the suite run apart."""
 from __future__ import annotations
 
 import gc
+import json
 import math
 import os
 import socket
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from bench.latency import WAIT_PARTS, LatencyResult, Level, Timings, levels, wait_profile
+from bench.ceiling import BatchedSink
+from bench.latency import (
+    WAIT_PARTS,
+    LatencyResult,
+    Level,
+    Timings,
+    append_partners,
+    levels,
+    pair_id_of,
+    wait_profile,
+)
 from bench.measure import (
     STOLEN,
     CpuShares,
@@ -226,24 +238,49 @@ def test_the_latency_table_has_each_app_beside_the_others_at_each_level() -> Non
 
 
 def test_a_pair_s_time_is_split_at_its_records_timestamps_and_reads() -> None:
-    # Monotonic clock 100 s behind the wall clock. Pair A-1: sent at 1.0, ingest wrote its
-    # later event at 101.01 and ours read it at 101.05, pairing wrote the pair at 101.06,
-    # ours read the pair at 1.10. Pair A-2 likewise, slower; A-3's keyed records unseen.
+    # Monotonic clock 100 s behind the wall clock. Pair A-1: sent at 1.0, the broker
+    # appended its later event at 101.004, ingest wrote it re-keyed at 101.01 and ours
+    # read that at 101.05, pairing wrote the pair at 101.06, ours read the pair at 1.10.
+    # Pair A-2 likewise, slower; A-3's keyed records unseen, A-4's events unseen.
     timings = Timings(
-        pairs=[("A-1", 1.0, 1.10), ("A-2", 2.0, 2.40), ("A-3", 3.0, 3.1)],
-        keyed={b"k1": (101.01, 101.05), b"k2": (102.10, 102.20)},
-        made={"A-1": (b"k1", 101.06), "A-2": (b"k2", 102.30), "A-3": (b"k3", 103.05)},
+        pairs=[("A-1", 1.0, 1.10), ("A-2", 2.0, 2.40), ("A-3", 3.0, 3.1), ("A-4", 4.0, 4.1)],
+        appended={"A-1": 101.004, "A-2": 102.05, "A-3": 103.01},
+        keyed={b"k1": (101.01, 101.05), b"k2": (102.10, 102.20), b"k4": (104.02, 104.03)},
+        made={
+            "A-1": (b"k1", 101.06),
+            "A-2": (b"k2", 102.30),
+            "A-3": (b"k3", 103.05),
+            "A-4": (b"k4", 104.05),
+        },
     )
     parts = wait_profile(timings, 100.0)
     assert [p.part for p in parts] == list(WAIT_PARTS)
-    assert [round(p.p50, 3) for p in parts] == [0.1, 0.1, 0.1, 0.1]  # the upper of two: A-2's
-    assert [round(p.p99, 3) for p in parts] == [0.1, 0.1, 0.1, 0.1]
-    alone = wait_profile(
-        Timings(pairs=timings.pairs[:1], keyed=timings.keyed, made=timings.made), 100.0
-    )
-    assert [round(p.p50, 3) for p in alone] == [0.01, 0.04, 0.01, 0.04]
-    with pytest.raises(RuntimeError, match="keyed records"):
-        wait_profile(Timings(pairs=[("A-3", 3.0, 3.1)], made=timings.made), 100.0)
+    # The upper of two: A-2's.
+    assert [round(p.p50, 3) for p in parts] == [0.05, 0.05, 0.1, 0.1, 0.1]
+    assert [round(p.p99, 3) for p in parts] == [0.05, 0.05, 0.1, 0.1, 0.1]
+    alone = wait_profile(replace(timings, pairs=timings.pairs[:1]), 100.0)
+    assert [round(p.p50, 3) for p in alone] == [0.004, 0.006, 0.04, 0.01, 0.04]
+    for unseen in ("A-3", "A-4"):
+        lone = replace(timings, pairs=[pair for pair in timings.pairs if pair[0] == unseen])
+        with pytest.raises(RuntimeError, match="input and keyed records"):
+            wait_profile(lone, 100.0)
+
+
+class RecordingSink(BatchedSink):
+    """What the load would hand to its producer, kept."""
+
+    def __init__(self) -> None:
+        self.values: list[bytes | None] = []
+
+    def append(self, partition: int, key: bytes | None, value: bytes | None) -> None:
+        self.values.append(value)
+
+
+def test_an_event_the_load_sends_names_its_pair_by_the_a_s_id() -> None:
+    sink = RecordingSink()
+    assert append_partners(sink, 12) == "A-12"
+    assert [json.loads(value or b"")["id"] for value in sink.values] == ["A-12", "B-12"]
+    assert [pair_id_of(value or b"") for value in sink.values] == ["A-12", "A-12"]
 
 
 def test_the_process_listening_on_a_port_is_found() -> None:
