@@ -113,10 +113,11 @@ class WaitPart:
     p99: float
 
 
-# Where a pair's time goes: from the send of its events to ingest's writing the later of
-# them re-keyed (the keyed record's CreateTime), to that record readable by read_committed
-# consumers (seen by ours), to pairing's writing the pair (the pair record's CreateTime), to
-# the pair readable (seen by ours).
+# Where a pair's time goes: from the send of its events to the broker's append of the later
+# of them (the input record's LogAppendTime), to ingest's writing it re-keyed (the keyed
+# record's CreateTime), to that record readable by read_committed consumers (seen by ours),
+# to pairing's writing the pair (the pair record's CreateTime), to the pair readable (seen
+# by ours).
 WAIT_PARTS = (
     "the load's send: linger and produce",
     "ingest: fetch, queue and step",
