@@ -20,13 +20,16 @@ from app.exactly_once.in_order import runs_once
 from app.exactly_once.outbox import Record
 from app.exactly_once.partition_tasks import PartitionTask
 from app.exactly_once.stage import Stage
-from app.exactly_once.step import RunRecords, run_once
+from app.exactly_once.step import RunRecords, run_once, still_current
 from app.faust_app import app
 from app.settings import settings
 from app.topics import dead_letters, events, keyed_events
 from pairing.events import Rejection, parse_event
 from pairing.records import (
+    HANDED,
+    HANDED_WATERMARK_KEY,
     WATERMARK_KEY,
+    KeyedEvent,
     Source,
     dead_letter_record,
     encode_keyed_event,
@@ -52,6 +55,27 @@ def watermark_records(update: WatermarkUpdate) -> list[Record]:
     return [(keyed, WATERMARK_KEY, value, k) for k in range(conf.partitions)]
 
 
+def keyed_partitions() -> list[TP]:
+    keyed = keyed_events.get_topic_name()
+    return [TP(keyed, k) for k in range(conf.partitions)]
+
+
+def tell(update: WatermarkUpdate, now: float) -> list[Record]:
+    """The update handed to the keyed partitions paired here (app/exactly_once/handoff.py),
+    and its records: for the others to take, for those paired here to skip."""
+    handoff = app.partition_tasks.handoff
+    handoff.handed_by(update.source)
+    value = encode_watermark(update)
+    told: list[Record] = []
+    for tp in keyed_partitions():
+        if handoff.is_open(tp):
+            handoff.hand(tp, (update, now))
+            told.append((tp.topic, HANDED_WATERMARK_KEY, value, tp.partition))
+        else:
+            told.append((tp.topic, WATERMARK_KEY, value, tp.partition))
+    return told
+
+
 def tell_before_commit(task: PartitionTask) -> list[Record]:
     """Committed progress reaches the keyed partitions in the same transaction, at most
     once per watermark interval."""
@@ -59,8 +83,7 @@ def tell_before_commit(task: PartitionTask) -> list[Record]:
     now = time.time()
     if source is None or not source.tell_due(now, conf.watermark_interval_seconds):
         return []
-    update = source.announcement(task.tp.partition, app.input_size.count, now)
-    return watermark_records(update)
+    return tell(source.announcement(task.tp.partition, app.input_size.count, now), now)
 
 
 async def hold_handed_over_sources(revoked: set[TP]) -> None:
@@ -94,6 +117,7 @@ async def hold_handed_over_sources(revoked: set[TP]) -> None:
 STAGE = Stage(
     conf.events_topic,
     in_runs=True,
+    hands_over=True,
     before_commit=tell_before_commit,
     on_revoke=hold_handed_over_sources,
 )
@@ -103,16 +127,27 @@ STAGE = Stage(
 async def ingest(stream: Any) -> None:
     """Each run of an input partition's records in one step (app/exactly_once/runs.py)."""
     dlq_topic = dead_letters.get_topic_name()
+    tasks = app.partition_tasks
     async for event, records in runs_once(app, stream):
+        task = tasks.get(event.message.tp)
+        # The consumer holds the input paused until the keyed partitions paired here have
+        # read what came before the assignment (app/exactly_once/handoff.py): never more.
+        if task is not None and not still_current(app, event, task, tasks.handoff.all_open()):
+            continue
         await run_once(app, event, records, ingest_run, dead_letters=dlq_topic)
 
 
 def ingest_run(task: PartitionTask, records: RunRecords) -> None:
-    """Validate and re-key a run's records; what is invalid is dead-lettered."""
+    """Validate and re-key a run's records; what is invalid is dead-lettered. An event
+    whose keyed partition is paired here is also handed to it (and written marked)."""
     keyed_topic = keyed_events.get_topic_name()
     dlq_topic = dead_letters.get_topic_name()
     now = time.time()
     outbox = task.outbox
+    handoff = app.partition_tasks.handoff
+    keyed = keyed_partitions()
+    handed = [handoff.is_open(tp) for tp in keyed]
+    handoff.handed_by(task.tp.partition)
     source = task.processor(SourceProgress, load_source)
     stored = source.progress_us
     # Counted once a run: a count a record was 1.7% of a worker's CPU.
@@ -137,12 +172,18 @@ def ingest_run(task: PartitionTask, records: RunRecords) -> None:
             # idle, which it was until this event, it went on counting as idle until
             # its next progress reached them with a commit).
             update = source.announcement(partition, app.input_size.count, now)
-            outbox.send_all(watermark_records(update))
+            outbox.send_all(tell(update, now))
+        keyed_partition = partition_for(parsed.key, conf.partitions)
+        key = parsed.key.encode()
+        if handed[keyed_partition]:
+            event = KeyedEvent(parsed, raw, record_source, stamp)
+            handoff.hand(keyed[keyed_partition], (event, now))
+            key = HANDED + key  # the keyed topic keeps every valid event, for the record
         outbox.send(
             keyed_topic,
-            parsed.key.encode(),
+            key,
             encode_keyed_event(parsed, raw, record_source, stamp),
-            partition_for(parsed.key, conf.partitions),
+            keyed_partition,
         )
     outbox.count("valid", len(records) - rejected)
     if rejected:
@@ -185,5 +226,9 @@ async def tell_caught_up_partitions() -> None:
             update = source.update(tp.partition, app.input_size.count)
         else:
             update = source.announcement(tp.partition, app.input_size.count, now)
+        if goes_idle:
+            # Read after what the partition hands next, the claim is stale: the keyed
+            # partitions paired here skip it (app/exactly_once/handoff.py).
+            app.partition_tasks.handoff.claimed_idle(tp.partition)
         for topic, key, value, partition in watermark_records(update):
             await app.producer.send(topic, key, value, partition, None, None)

@@ -7,6 +7,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from app.exactly_once.handed_steps import keep_applying, write_fences
+from app.exactly_once.handoff import FENCE_KEY
 from app.exactly_once.in_order import runs_once
 from app.exactly_once.outbox import Outbox
 from app.exactly_once.partition_tasks import PartitionTask
@@ -18,6 +20,7 @@ from app.topics import dead_letters, keyed_events, pairs, unpaired
 from pairing.events import format_time
 from pairing.key_state import Conflict, Duplicate, Outcome, Paired, Unpaired
 from pairing.records import (
+    HANDED,
     TICK,
     WATERMARK_KEY,
     KeyedEvent,
@@ -29,9 +32,13 @@ from pairing.records import (
     unpaired_record,
 )
 from pairing.rules import PairingPartition, PendingSummary
+from pairing.watermarks import WatermarkUpdate
 from tables.pairing_state import PartitionState
 
 conf = settings()
+# How often a keyed partition here whose hand-off is not open is sent a fence: the first
+# goes at most this long after an assignment, whose input waits for it.
+FENCE_EVERY_SECONDS = 0.05
 
 
 class KeyedPartition:
@@ -58,7 +65,44 @@ def pending_by_partition() -> dict[int, tuple[PendingSummary, int | None]]:
     return found
 
 
-STAGE = Stage(keyed_events.get_topic_name(), in_runs=True)
+def pair_handed(
+    task: PartitionTask, items: list[tuple[KeyedEvent | WatermarkUpdate, float]]
+) -> None:
+    """Apply the rules to what ingest handed this keyed partition (app/exactly_once/handoff.py):
+    its events and event-time progress, each with the time it was handed."""
+    outbox = task.outbox
+    keyed_partition = task.processor(KeyedPartition, KeyedPartition)
+    engine = keyed_partition.engine
+    paired_at = format_time(datetime.now(UTC))
+    updates = 0
+    for item, now in items:
+        if isinstance(item, KeyedEvent):
+            outcomes = engine.process(item.event, item.progress_us, now)
+            if outcomes:
+                publish(outcomes, item, outbox, paired_at)
+        else:
+            updates += 1
+            outcomes = observe(keyed_partition, item, now, outbox)
+            if outcomes:
+                publish(outcomes, None, outbox, paired_at)
+    outbox.count("events_in", len(items) - updates)
+
+
+def observe(
+    keyed_partition: KeyedPartition, update: WatermarkUpdate, now: float, outbox: Outbox
+) -> list[Outcome]:
+    """A source's progress, read or handed."""
+    outbox.count("watermarks")
+    outcomes = keyed_partition.engine.observe(update, now)
+    keyed_partition.state.set_clock(keyed_partition.engine.clock)
+    return outcomes
+
+
+STAGE = Stage(
+    keyed_events.get_topic_name(),
+    in_runs=True,
+    receive_handed=pair_handed if conf.local_handoff else None,
+)
 
 
 @app.agent(keyed_events)
@@ -74,6 +118,7 @@ def pair_run(task: PartitionTask, records: RunRecords) -> None:
     outbox = task.outbox
     keyed_partition = task.processor(KeyedPartition, KeyedPartition)
     engine = keyed_partition.engine
+    handoff = app.partition_tasks.handoff
     # When the run's pairs were made: one clock read and format per run.
     paired_at = format_time(datetime.now(UTC))
     controls = 0  # watermarks and ticks: events_in counts the rest, once a run
@@ -87,9 +132,18 @@ def pair_run(task: PartitionTask, records: RunRecords) -> None:
         keyed = None
         if record.key == WATERMARK_KEY:
             controls += 1
-            outbox.count("watermarks")
-            outcomes: list[Outcome] = engine.observe(decode_watermark(loads(value)), now)
-            keyed_partition.state.set_clock(engine.clock)
+            update = decode_watermark(loads(value))
+            if update.idle and handoff.stale_claim(task.tp, update.source):
+                outbox.count("stale_idle_claims")
+                continue
+            outcomes: list[Outcome] = observe(keyed_partition, update, now, outbox)
+        elif record.key.startswith(HANDED):
+            controls += 1  # paired as ingest handed it (app/exactly_once/handoff.py)
+            continue
+        elif record.key == FENCE_KEY:
+            controls += 1
+            handoff.fenced(task.tp, value)
+            continue
         elif value == TICK:
             controls += 1
             outbox.count("ticks")
@@ -119,6 +173,18 @@ def publish(
             outbox.send(dead_letters.get_topic_name(), key, conflict_record(outcome, keyed), None)
         elif isinstance(outcome, Duplicate):
             outbox.count("duplicates")
+
+
+@app.task
+async def apply_handed_items() -> None:
+    """What ingest hands the keyed partitions paired here, applied as it comes."""
+    await keep_applying(app, app.partition_tasks)
+
+
+@app.timer(interval=FENCE_EVERY_SECONDS)
+async def open_handoff() -> None:
+    """A fence to each keyed partition here whose hand-off is not open yet."""
+    await write_fences(app, app.partition_tasks)
 
 
 @app.timer(interval=conf.tick_interval_seconds, on_leader=True)

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from pairing.records import WATERMARK_KEY, decode_watermark, loads
+from pairing.records import HANDED_WATERMARK_KEY, WATERMARK_KEY, decode_watermark, loads
 from pairing.watermarks import EventClock
 
 WATERMARKS = "pairing_partition int, watermark_us long"
@@ -50,7 +50,10 @@ def keyed_watermarks(spark: SparkSession, keyed: DataFrame) -> DataFrame:
     # Bronze keeps the Kafka record key as bytes. A few thousand records at most
     # (one per input partition per ingest commit): folded on the driver.
     marks = (
-        keyed.where(F.col("key") == F.lit(bytearray(WATERMARK_KEY)))
+        keyed.where(
+            (F.col("key") == F.lit(bytearray(WATERMARK_KEY)))
+            | (F.col("key") == F.lit(bytearray(HANDED_WATERMARK_KEY)))  # paired in ingest's step
+        )
         .select("partition", "offset", "value")
         .collect()
     )

@@ -30,7 +30,7 @@ from analytics.lake import Lake
 from app.settings import Settings
 from pairing.events import Rejection, parse_event
 from pairing.grammar import add_exact
-from pairing.records import loads
+from pairing.records import HANDED, loads
 
 PARSED = StructType(
     [
@@ -204,7 +204,14 @@ def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
     )
     per_identity = outputs.groupBy("identity").count()
     valid_identities = valid.select("identity").distinct()
-    keyed_events = consumed_keyed.where(F.col("r.key").isNotNull())  # no watermarks, no ticks
+    # Handed events were paired in the transaction of their input's offset; pairing consumes
+    # their records only after it: all of them count, wherever pairing's offset stands.
+    handed = keyed.where(F.col("key").cast("string").startswith(HANDED.decode()))
+    keyed_events = (
+        consumed_keyed.select(*keyed.columns)
+        .unionByName(handed)
+        .where(F.col("r.key").isNotNull())  # no watermarks, no ticks
+    )
     keyed_types = keyed_events.select(
         F.col("r.identity").alias("identity"),
         F.col("r.key").alias("key"),

@@ -97,6 +97,10 @@ class Settings(BaseSettings):
         " one before has ended and this long has passed since it began; longer: fewer,"
         " larger transactions (under a backlog they grow by themselves)",
     )
+    local_handoff: bool = Field(
+        True, description="pair an event whose keyed partition this worker pairs in ingest's"
+        " transaction, not through the keyed topic: one transaction to its pair, not two",
+    )  # fmt: skip
     watermark_interval_seconds: float = Field(
         0.5,
         gt=0,
@@ -163,11 +167,9 @@ class Settings(BaseSettings):
         " waiting for the sender",
     )
     transaction_timeout_seconds: float = Field(
-        60.0,
-        gt=0,
-        description="the broker aborts a transaction left open this long; a step or a commit"
-        " not ended within it crashes the worker (to be restarted)",
-    )
+        60.0, gt=0, description="the broker aborts a transaction left open this long; a step or"
+        " a commit not ended within it crashes the worker (to be restarted)",
+    )  # fmt: skip
     stop_grace_seconds: float = Field(
         30.0,
         gt=0,
@@ -176,10 +178,9 @@ class Settings(BaseSettings):
         " is lost. faust's stop could wait 20 minutes on sends to a bounced broker",
     )
     bench_without_transactions: bool = Field(
-        False,
-        description="benchmarks only (python -m bench): the same processing, at-least-once,"
-        " to measure what transactions cost; after a crash outputs can repeat",
-    )
+        False, description="benchmarks only (python -m bench): the same processing,"
+        " at-least-once, to measure what transactions cost; after a crash outputs can repeat",
+    )  # fmt: skip
     standby_replicas: int = Field(0, ge=0, description="warm copies of each table partition")
     processing_error_policy: Literal["dead-letter", "stop"] = Field(
         "dead-letter",
@@ -188,10 +189,9 @@ class Settings(BaseSettings):
         " (docs/exactly-once.md)",
     )
     event_loop: Literal["uvloop", "aio"] = Field(
-        "uvloop",
-        description="a worker's event loop: uvloop, or asyncio's own (aio), slower in its"
-        " loop and socket transports; faust's `-L` is overridden",
-    )
+        "uvloop", description="a worker's event loop: uvloop, or asyncio's own (aio), slower"
+        " in its loop and socket transports; faust's `-L` is overridden",
+    )  # fmt: skip
     gc_thresholds: tuple[int, int, int] = Field(
         (100_000, 50, 100),
         description="Python's garbage collector thresholds (gc.set_threshold) in a worker,"
@@ -226,10 +226,9 @@ class Settings(BaseSettings):
         False, description="also serve faust's raw table dumps (/table), graph and sensor pages"
     )
     faust_sensor: bool = Field(
-        False,
-        description="also run faust-streaming's own sensor, served by /metrics as `faust_…`:"
-        " faust calls it for every record, event and send, a cost on the hot path",
-    )
+        False, description="also run faust-streaming's own sensor, served by /metrics as"
+        " `faust_…`: faust calls it for every record, event and send, a cost on the hot path",
+    )  # fmt: skip
 
     # The deposit chain: validation and ledger services (docs/chain.md)
     chain_enabled: bool = Field(False, description="run the deposit chain's agents")

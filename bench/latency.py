@@ -30,6 +30,7 @@ from bench.measure import CpuShares, collector_paused, listening_pid
 from bench.pairstream import WorkerRun, discard_run, worker_commits, worker_run
 from bench.quix import committed_reader, start_app, state_dir
 from bench.workload import INPUT_PARTITIONS, create_topic, delete_topics
+from pairing.records import HANDED
 from tools.demo import start_worker, stop_worker, wait_ready
 from tools.generate import BASE_TIME
 from tools.read_outputs import OutputReader
@@ -124,6 +125,14 @@ WAIT_PARTS = (
     "ingest's transaction commits",
     "pairing: fetch, queue and step",
     "pairing's transaction commits",
+)
+# A pair whose keyed partition ingest handed its events to (app/exactly_once/handoff.py):
+# from the broker's append of the later event to pairing's writing the pair, then one
+# transaction.
+HANDED_WAIT_PARTS = (
+    WAIT_PARTS[0],
+    "ingest and pairing: fetch, queue and steps",
+    "the transaction commits",
 )
 
 
@@ -284,7 +293,8 @@ class Timings:
 
     pairs: list[tuple[str, float, float]] = field(default_factory=list)
     appended: dict[str, float] = field(default_factory=dict)  # A id: later of A and B
-    keyed: dict[bytes, tuple[float, float]] = field(default_factory=dict)  # later of A and B
+    # By pairing key, of the later of A and B: written, readable, handed.
+    keyed: dict[bytes, tuple[float, float, bool]] = field(default_factory=dict)
     made: dict[str, tuple[bytes, float]] = field(default_factory=dict)  # A id: key, CreateTime
 
 
@@ -302,7 +312,7 @@ async def timed_input(consumer: AIOKafkaConsumer, timings: Timings) -> None:
 
 async def timed_keyed(consumer: AIOKafkaConsumer, timings: Timings) -> None:
     """Each pairing key's keyed records: the later CreateTime of its A and B (ingest's
-    write), and when the later one became readable."""
+    write), when the later one became readable, and whether they were handed."""
     keyed = timings.keyed
     while True:
         batches = await consumer.getmany(timeout_ms=500, max_records=10_000)
@@ -310,8 +320,10 @@ async def timed_keyed(consumer: AIOKafkaConsumer, timings: Timings) -> None:
         for records in batches.values():
             for record in records:
                 written = record.timestamp / 1000
-                before = keyed.get(record.key)
-                keyed[record.key] = (written if before is None else max(before[0], written), now)
+                key = record.key.removeprefix(HANDED)
+                before = keyed.get(key)
+                later = written if before is None else max(before[0], written)
+                keyed[key] = (later, now, key != record.key)
 
 
 async def timed_pairs(consumer: AIOKafkaConsumer, timings: Timings) -> PairIds:
@@ -327,28 +339,33 @@ async def timed_pairs(consumer: AIOKafkaConsumer, timings: Timings) -> PairIds:
 
 
 def wait_profile(timings: Timings, wall_minus_monotonic: float) -> list[WaitPart]:
-    """`WAIT_PARTS` over the measured pairs whose input and keyed records were seen."""
-    parts: list[list[float]] = [[] for _ in WAIT_PARTS]
+    """`WAIT_PARTS` over the measured pairs whose input and keyed records were seen, or
+    `HANDED_WAIT_PARTS` if more of them were handed."""
+    through: list[list[float]] = [[] for _ in WAIT_PARTS]
+    handed: list[list[float]] = [[] for _ in HANDED_WAIT_PARTS]
     for a_id, sent, seen in timings.pairs:
         key, made = timings.made[a_id]
         if key not in timings.keyed or a_id not in timings.appended:
             continue
-        rekeyed, readable = timings.keyed[key]
+        rekeyed, readable, was_handed = timings.keyed[key]
+        sent_at, appended = sent + wall_minus_monotonic, timings.appended[a_id]
+        seen_at = seen + wall_minus_monotonic
         moments = (
-            sent + wall_minus_monotonic,
-            timings.appended[a_id],
-            rekeyed,
-            readable,
-            made,
-            seen + wall_minus_monotonic,
+            (sent_at, appended, made, seen_at)
+            if was_handed
+            else (sent_at, appended, rekeyed, readable, made, seen_at)
         )
-        for part, (start, end) in zip(parts, itertools.pairwise(moments), strict=False):
-            part.append(end - start)
+        parts = handed if was_handed else through
+        for part, (earlier, later) in zip(parts, itertools.pairwise(moments), strict=True):
+            part.append(later - earlier)
+    names, parts = (
+        (HANDED_WAIT_PARTS, handed) if len(handed[0]) > len(through[0]) else (WAIT_PARTS, through)
+    )
     if not parts[0]:
         raise RuntimeError("no measured pair's input and keyed records were seen")
     return [
         WaitPart(name, *(percentile(sorted(part), share) for share in (0.5, 0.9, 0.99)))
-        for name, part in zip(WAIT_PARTS, parts, strict=True)
+        for name, part in zip(names, parts, strict=True)
     ]
 
 

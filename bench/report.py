@@ -254,13 +254,14 @@ def wait_section(parts: list[WaitPart], offered: float | None, level_seconds: fl
         "Where a pair's time goes",
         f"One more worker at its defaults, {rate(offered or math.nan)} events/s offered for"
         f" {level_seconds:g} s as above, its input, keyed and pairs topics read by a"
-        " read_committed consumer of ours. A pair's time, end to end as above, in five parts,"
-        " each from one moment to the next: its events sent; the later of them appended by"
-        " the broker (its Kafka timestamp: this input topic keeps the broker's append time);"
-        " ingest's write of it re-keyed (the keyed record's Kafka timestamp); that record"
-        " readable (ours saw it); pairing's write of the pair (its Kafka timestamp); the pair"
-        " readable. Ours reads as pairing does, so the fourth part can come out below zero"
-        " when pairing read first (`bench/latency.py`, `run_wait_profile`).",
+        " read_committed consumer of ours. A pair's time, end to end as above, in parts, each"
+        " from one moment to the next: its events sent; the later of them appended by the"
+        " broker (its Kafka timestamp: this input topic keeps the broker's append time);"
+        " pairing's write of the pair (its Kafka timestamp); the pair readable. One worker"
+        " pairs what it ingests (docs/configuration.md, `PAIRSTREAM_LOCAL_HANDOFF`), so that"
+        " is all; a pair that went through the keyed topic has two more moments after the"
+        " append, ingest's write of it re-keyed and that record readable, and five parts"
+        " (`bench/latency.py`, `run_wait_profile`: those of most pairs measured).",
         ["part", "p50 (s)", "p90 (s)", "p99 (s)"],
         [[p.part, f"{p.p50:.3f}", f"{p.p90:.3f}", f"{p.p99:.3f}"] for p in parts],
     )

@@ -144,6 +144,11 @@ def _decode_keyed_object(data: bytes) -> KeyedEvent:
 # --- watermarks on the repartition topic ----------------------------------------
 
 WATERMARK_KEY = b"~watermark"
+HANDED = b"~handed:"
+"""Before the key of a keyed event or watermark record whose effect is already in its
+keyed partition's state: handed to the partition on ingest's worker and paired in ingest's
+transaction (app/exactly_once/handoff.py), written for the record, and skipped by pairing."""
+HANDED_WATERMARK_KEY = HANDED + WATERMARK_KEY
 
 
 def encode_watermark(update: WatermarkUpdate) -> bytes:

@@ -30,10 +30,11 @@ from aiokafka.admin import NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.structs import OffsetAndMetadata
 
+from app.exactly_once.handoff import FENCE_KEY
 from app.kafka.admin import admin_client
 from app.settings import Settings, settings
 from pairing.keyed_move import MoveRefused, OldPartition, repartition
-from pairing.records import CLOCK_KEY, WATERMARK_KEY, decode_watermark, loads
+from pairing.records import CLOCK_KEY, HANDED, WATERMARK_KEY, decode_watermark, loads
 from pairing.watermarks import WatermarkUpdate
 
 log = logging.getLogger(__name__)
@@ -200,6 +201,8 @@ async def unread_keyed(conf: Settings) -> dict[int, Unread]:
     for tp, found in records.items():
         unread = left[tp.partition] = Unread(committed[tp.partition])
         for key, value in found:
+            if key == FENCE_KEY or (key is not None and key.startswith(HANDED)):
+                continue  # a trigger, or its effect is in the state (app/exactly_once/handoff.py)
             if key == WATERMARK_KEY and value is not None:
                 unread.watermarks.append(decode_watermark(loads(value)))
             elif key == TICK_KEY:

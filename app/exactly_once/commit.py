@@ -7,7 +7,8 @@ transport.py call the steps here. docs/exactly-once.md says why each step is nee
 2. Take each partition's offset: where processing has reached in offset order
    (ExactlyOnceConsumer._new_offset, faust's call).
 3. Add the records each stage sends just before a commit (ingest's event-time
-   progress) to the partition's transaction (`before_transactions_commit`).
+   progress) to the partition's transaction, and apply what was handed to the next
+   stage's partitions and waits (handoff.py) (`before_transactions_commit`).
 4. Let steps go on, held: what they make waits in their outbox for the next
    transaction (same function). At once when the worker is behind; otherwise only if
    the transaction has not ended within half the commit interval, since a commit whose
@@ -16,9 +17,9 @@ transport.py call the steps here. docs/exactly-once.md says why each step is nee
    delivered, then offsets, then the end, under the transaction timeout; a fenced or hung
    commit crashes the worker. The next one begins with the partitions this one wrote
    (`end_transactions`).
-6. Stop the held steps taking more, then, for the partitions whose offset moved:
-   apply their table writes to RocksDB, count them, tell the commit listeners
-   (`commit_partitions`).
+6. Stop the held steps taking more, then, for the partitions whose offset moved or
+   that sent records into the transaction: apply their table writes to RocksDB, count
+   them, tell the commit listeners (`commit_partitions`).
 7. Send what held steps made into the transactions that have begun (`send_held`).
 If what held steps made cannot reach a transaction, the worker crashes: a restart
 processes those records again from the committed offsets.
@@ -38,6 +39,7 @@ from faust.types import TP, AppT
 
 from app.exactly_once import internals
 from app.exactly_once.backlog import records_waiting
+from app.exactly_once.handed_steps import apply_before_commit
 from app.exactly_once.outbox import send_in_transaction, worker_transactional_id
 from app.exactly_once.outbox_sends import send_outbox
 from app.exactly_once.partition_tasks import PartitionTask, PartitionTasks
@@ -71,7 +73,13 @@ async def commit_partitions(
         held = [task for task in committing if task.committing]
         await tasks.stop_steps(held)
         if result:
-            moved = [tp for tp in tps if internals.committed_offset(consumer, tp) != before[tp]]
+            moved = [
+                task.tp
+                for task in committing
+                if task.sent or internals.committed_offset(consumer, task.tp) != before[task.tp]
+            ]
+            for task in committing:
+                task.sent = False
             # Before the held writes are sent: they are in no committed transaction.
             tasks.local_state.committed(set(moved))
             tasks.stats.committed(moved, time.time())
@@ -104,6 +112,8 @@ async def before_transactions_commit(
         records = hook(task)
         if records:
             await send_in_transaction(app, tp, records)
+    # After the hooks: they hand over too (ingest's progress).
+    await apply_before_commit(app, tasks, assignment)
     if not new:  # no transaction would take what steps held
         return
     if let_steps_go_now(app, tasks):

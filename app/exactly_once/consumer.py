@@ -92,6 +92,9 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         # to the committed offsets, then until the flow resumes (resume_partitions).
         self._resume_after_seek: set[TP] = set()
         self._resume_with_flow: set[TP] = set()
+        # Then partitions of stages that hand over, until the hand-off is open (handoff.py).
+        self._resume_when_open: set[TP] = set()
+        self.tasks.handoff.when_open(self._resume_handing)
         self.last_read = internals.install_last_read_offsets(self)
         self._livelock_checked_at = time.monotonic()
         internals.lazy_commit_tables()
@@ -226,6 +229,7 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         self.tasks.revoked(revoked)
         self._resume_after_seek -= revoked
         self._resume_with_flow -= revoked
+        self._resume_when_open -= revoked
         self.last_read.release(revoked)
         await super().on_partitions_revoked(revoked)
 
@@ -299,8 +303,21 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
     def resume_flow(self) -> None:
         super().resume_flow()
         if self._resume_with_flow:
-            super().resume_partitions(self._resume_with_flow)
-            self._resume_with_flow.clear()
+            resuming = self._resume_with_flow
+            handoff = self.tasks.handoff
+            if not handoff.all_open():
+                # Their records would be handed to keyed partitions that have not read what
+                # came before: held, without holding up the records those must read.
+                held = {tp for tp in resuming if tp.topic in handoff.giving}
+                self._resume_when_open |= held
+                resuming -= held
+            super().resume_partitions(resuming)
+            self._resume_with_flow = set()
+
+    def _resume_handing(self) -> None:
+        if self._resume_when_open:
+            super().resume_partitions(self._resume_when_open)
+            self._resume_when_open = set()
 
     async def _add_gap(self, tp: TP, offset_from: int, offset_to: int) -> None:
         # `_new_offset` does not read faust's gaps; keeping them cost an interval tree per run.

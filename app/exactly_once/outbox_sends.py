@@ -19,6 +19,7 @@ async def send_outbox(app: AppT, stats: Stats, task: PartitionTask, records: int
     outbox = task.outbox
     task.writes.to_changelog(outbox)
     task.writes.sent(await send_in_transaction(app, task.tp, outbox.records))
+    task.sent = True
     stats.processed(task.tp, outbox.counts, time.time(), records + task.held)
     task.held = 0
     outbox.clear()

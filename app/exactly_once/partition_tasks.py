@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from faust.types import TP
 
+from app.exactly_once.handoff import Handoff
 from app.exactly_once.local_state import LocalState, StepWrites
 from app.exactly_once.offset_order import OffsetOrder
 from app.exactly_once.outbox import Outbox, Record
@@ -45,6 +46,7 @@ class PartitionTask:
         "lock",
         "offsets",
         "outbox",
+        "sent",
         "step_since",
         "tp",
         "writes",
@@ -70,6 +72,9 @@ class PartitionTask:
         # their records are mixed): nothing more of the partition may be committed, and
         # the worker crashes.
         self.broken = False
+        # Records sent into the open transaction since the partition's last commit: its
+        # table writes commit with it even if its offset did not move (a hand-off).
+        self.sent = False
         self._processor: object | None = None
         # Monotonic clock since the step that holds the lock began, and since a commit of
         # the partition began: None when none runs (the stall watchdog reads them).
@@ -120,6 +125,8 @@ class PartitionTasks:
         # p of each must be restored here before a step of partition p runs.
         self.changelogs: dict[str, set[str]] = {}
         self.stats = Stats()
+        # What steps hand to the partition tasks of the next stage here (handoff.py).
+        self.handoff = Handoff()
         # Set once the tables of the current assignment are restored (faust's rebalance
         # complete); until then a table read outside a step may see old or no state.
         self.restored = asyncio.Event()
@@ -150,12 +157,14 @@ class PartitionTasks:
         for tp in tps:
             if tp not in self._by_tp:
                 self._by_tp[tp] = PartitionTask(tp, self.local_state)
+        self.handoff.assigned(self._by_tp)
 
     def revoked(self, tps: set[TP]) -> None:
         # A new assignment starts from the committed offset; anything after it that
         # was not committed was aborted, and must be processed again.
         self.restored.clear()
         self.local_state.revoked(tps)
+        self.handoff.revoked(tps)
         for tp in tps:
             self._by_tp.pop(tp, None)
 
@@ -267,3 +276,7 @@ class PartitionTasks:
             self.commit_listeners.append(stage.on_commit)
         if stage.on_revoke is not None:
             self.revoke_hooks.append(stage.on_revoke)
+        if stage.receive_handed is not None:
+            self.handoff.receives(stage.topic, stage.receive_handed)
+        if stage.hands_over:
+            self.handoff.gives(stage.topic)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from faust.types import TP
 
@@ -25,3 +26,7 @@ class Stage:
     on_commit: Callable[[dict[TP, int]], None] | None = None
     # Awaited on revocation, after the last commit and before the tasks go.
     on_revoke: Callable[[set[TP]], Awaitable[None]] | None = None
+    # Its steps hand items to the next stage's partitions here (handoff.py).
+    hands_over: bool = False
+    # Applies what the stage before hands a partition of this one.
+    receive_handed: Callable[[PartitionTask, list[Any]], None] | None = None

@@ -25,9 +25,10 @@ from analytics.lake import Lake
 from analytics.reconcile import reconcile
 from analytics.spark import spark_session
 from analytics.windows import windows
+from app.exactly_once.handoff import FENCE_KEY
 from app.settings import Settings
 from pairing.events import Event, parse_event
-from pairing.records import TICK, WATERMARK_KEY, decode_keyed_event
+from pairing.records import HANDED_WATERMARK_KEY, TICK, WATERMARK_KEY, decode_keyed_event
 from tests.integration.harness import (
     ROOT,
     Pipeline,
@@ -42,6 +43,9 @@ from tools.ports import free_port
 from tools.read_outputs import OutputReader
 
 pytestmark = pytest.mark.broker
+
+# Keyed records that are no event: watermarks (read or handed) and the hand-off's fences.
+CONTROL_KEYS = (WATERMARK_KEY, HANDED_WATERMARK_KEY, FENCE_KEY)
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +210,7 @@ async def test_windows_match_a_plain_python_computation(
         "valid": [
             parse_time(decode_keyed_event(v).event.key)
             for k, v in keyed
-            if v and k != WATERMARK_KEY and v != TICK
+            if v and k not in CONTROL_KEYS and v != TICK
         ],
     }
     assert all(times.values())

@@ -18,7 +18,7 @@ from app.kafka.admin import admin_client
 from app.kafka.connection import KafkaConnection
 from app.kafka.partitioner import default_partition
 from pairing.events import Event, parse_event
-from pairing.records import WATERMARK_KEY, decode_watermark, loads
+from pairing.records import HANDED_WATERMARK_KEY, WATERMARK_KEY, decode_watermark, loads
 from tests.integration.harness import (
     Pipeline,
     Worker,
@@ -64,7 +64,8 @@ async def told_everywhere(pipeline: Pipeline, sources: int, timeout: float = 120
             batches = await consumer.getmany(*waiting, timeout_ms=500)
             for tp, records in batches.items():
                 for record in records:
-                    if record.key == WATERMARK_KEY and told(record.value, sources):
+                    is_watermark = record.key in (WATERMARK_KEY, HANDED_WATERMARK_KEY)
+                    if is_watermark and told(record.value, sources):
                         waiting.discard(tp)
     finally:
         await consumer.stop()

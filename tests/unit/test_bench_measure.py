@@ -18,6 +18,7 @@ import pytest
 
 from bench.ceiling import BatchedSink
 from bench.latency import (
+    HANDED_WAIT_PARTS,
     WAIT_PARTS,
     LatencyResult,
     Level,
@@ -245,7 +246,11 @@ def test_a_pair_s_time_is_split_at_its_records_timestamps_and_reads() -> None:
     timings = Timings(
         pairs=[("A-1", 1.0, 1.10), ("A-2", 2.0, 2.40), ("A-3", 3.0, 3.1), ("A-4", 4.0, 4.1)],
         appended={"A-1": 101.004, "A-2": 102.05, "A-3": 103.01},
-        keyed={b"k1": (101.01, 101.05), b"k2": (102.10, 102.20), b"k4": (104.02, 104.03)},
+        keyed={
+            b"k1": (101.01, 101.05, False),
+            b"k2": (102.10, 102.20, False),
+            b"k4": (104.02, 104.03, False),
+        },
         made={
             "A-1": (b"k1", 101.06),
             "A-2": (b"k2", 102.30),
@@ -264,6 +269,20 @@ def test_a_pair_s_time_is_split_at_its_records_timestamps_and_reads() -> None:
         lone = replace(timings, pairs=[pair for pair in timings.pairs if pair[0] == unseen])
         with pytest.raises(RuntimeError, match="input and keyed records"):
             wait_profile(lone, 100.0)
+    # Handed to its keyed partition: from the append straight to the pair, in three parts,
+    # which the profile takes once more pairs were handed than not.
+    handed = replace(
+        timings,
+        pairs=[*timings.pairs, ("A-5", 5.0, 5.08), ("A-6", 6.0, 6.09)],
+        appended={**timings.appended, "A-5": 105.005, "A-6": 106.006},
+        keyed={**timings.keyed, b"k5": (105.0, 105.0, True), b"k6": (106.0, 106.0, True)},
+        made={**timings.made, "A-5": (b"k5", 105.05), "A-6": (b"k6", 106.07)},
+    )
+    assert [p.part for p in wait_profile(handed, 100.0)] == list(WAIT_PARTS)  # 2 against 2
+    more = replace(handed, pairs=[pair for pair in handed.pairs if pair[0] != "A-2"])
+    parts = wait_profile(more, 100.0)
+    assert [p.part for p in parts] == list(HANDED_WAIT_PARTS)
+    assert [round(p.p50, 3) for p in parts] == [0.006, 0.064, 0.03]  # the upper of
 
 
 class RecordingSink(BatchedSink):
