@@ -102,12 +102,16 @@ def _decide(
 
     taken = _distinct(on_time)
     out.duplicates += len(on_time) - len(taken)
+    # An on-time event whose identity was taken with other contents is a duplicate,
+    # whatever its type: only copies of the taken events can be first.
+    kept = {s.event.identity: (s.event.type, s.event.value) for s in taken}
+    copies = [s for s in on_time if kept[s.event.identity] == (s.event.type, s.event.value)]
     firsts: dict[str, Event] = {}
     for kind in ("A", "B"):
         # Whichever partition is read first gives the first event of a type: the
         # outcome is one only if each partition's first is the same event.
         by_partition = {}
-        for s in on_time:
+        for s in copies:
             if s.event.type == kind:
                 by_partition.setdefault(s.source, s.event)
         if len({e.identity for e in by_partition.values()}) > 1:

@@ -171,6 +171,13 @@ def test_every_event_is_parsed_or_rejected_with_a_reason(raw: bytes | None) -> N
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(records(EVENT), max_size=12), st.integers(min_value=0))
+@example(  # one id on an A and a B: the B is a duplicate, not A's partner
+    [
+        b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":1,"id":7}',
+        b'{"type":"B","timestamp":"2024-02-09 21:00:00","value":1,"id":7}',
+    ],
+    0,
+)
 def test_the_rules_agree_with_the_model_on_any_input(stream: list[bytes | None], seed: int) -> None:
     try:
         want = model([stream], drained=True, all_idle=True)
