@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Container
 from typing import Any
 
 from faust.types import TP
@@ -48,11 +49,15 @@ def load_source(task: PartitionTask) -> SourceProgress:
     return SourceProgress(stored_progress(task), time.time())
 
 
-def watermark_records(update: WatermarkUpdate) -> list[Record]:
-    """One watermark record for every keyed partition."""
+def watermark_records(update: WatermarkUpdate, handed: Container[int] = ()) -> list[Record]:
+    """One watermark record for every keyed partition: marked for those in `handed`, which
+    took the update from the hand-off and skip the record (app/exactly_once/handoff.py)."""
     value = encode_watermark(update)
     keyed = keyed_events.get_topic_name()
-    return [(keyed, WATERMARK_KEY, value, k) for k in range(conf.partitions)]
+    return [
+        (keyed, HANDED_WATERMARK_KEY if k in handed else WATERMARK_KEY, value, k)
+        for k in range(conf.partitions)
+    ]
 
 
 def keyed_partitions() -> list[TP]:
@@ -61,19 +66,15 @@ def keyed_partitions() -> list[TP]:
 
 
 def tell(update: WatermarkUpdate, now: float) -> list[Record]:
-    """The update handed to the keyed partitions paired here (app/exactly_once/handoff.py),
-    and its records: for the others to take, for those paired here to skip."""
+    """The update handed to the keyed partitions paired here, and its records."""
     handoff = app.partition_tasks.handoff
     handoff.handed_by(update.source)
-    value = encode_watermark(update)
-    told: list[Record] = []
+    handed = set()
     for tp in keyed_partitions():
         if handoff.is_open(tp):
             handoff.hand(tp, (update, now))
-            told.append((tp.topic, HANDED_WATERMARK_KEY, value, tp.partition))
-        else:
-            told.append((tp.topic, WATERMARK_KEY, value, tp.partition))
-    return told
+            handed.add(tp.partition)
+    return watermark_records(update, handed)
 
 
 def tell_before_commit(task: PartitionTask) -> list[Record]:
