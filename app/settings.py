@@ -98,7 +98,7 @@ class Settings(BaseSettings):
         " larger transactions (under a backlog they grow by themselves)",
     )
     local_handoff: bool = Field(
-        False, description="pair an event whose keyed partition this worker pairs in ingest's"
+        True, description="pair an event whose keyed partition this worker pairs in ingest's"
         " transaction, not through the keyed topic: one transaction to its pair, not two",
     )  # fmt: skip
     watermark_interval_seconds: float = Field(
