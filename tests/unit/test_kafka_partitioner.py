@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.partitioner import murmur2 as aiokafka_murmur2
 from hypothesis import given
@@ -33,3 +36,22 @@ def test_the_same_hash_as_aiokafka_s(key: bytes) -> None:
 def test_the_same_partition_as_aiokafka_s(key: bytes, count: int) -> None:
     partitions = list(range(count))
     assert default_partition(key, partitions) == DefaultPartitioner()(key, partitions, [])
+
+
+def hash_seconds(key: bytes) -> float:
+    """The least of three timings: what the hashing costs, not what the host did meanwhile."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        murmur2(key)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def test_hashing_is_linear_in_the_key_s_length() -> None:
+    """A key of 1 MB costs about 16 times one of 64 KB, not 256 (a hash left unmasked over
+    the whole key grew with it: 500 KB took 21.8 s). A ratio, so that it holds on a slow
+    host as on a fast one; docs/grammar.md gives the figures."""
+    small, large = hash_seconds(os.urandom(65_536)), hash_seconds(os.urandom(1_048_576))
+    assert large / small < 48, (small, large)
+    assert murmur2(b"\x00" * 1_048_576) == aiokafka_murmur2(b"\x00" * 1_048_576)
