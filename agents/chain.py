@@ -38,7 +38,8 @@ from pairing.deposits import (
     record,
     validate,
 )
-from pairing.records import Source, dead_letter_record
+from pairing.grammar import oversize
+from pairing.records import Source
 from pairing.routing import partition_for
 from tables import TableWriter, bytes_table
 
@@ -62,7 +63,7 @@ validated = bytes_topic(conf.validated_topic, internal=False)
 def dead_letter(outbox: Outbox, message: Any, reason: str) -> None:
     outbox.count("dead_lettered")
     where = Source(message.topic, message.partition, message.offset)
-    outbox.send(DLQ, message.key, dead_letter_record(reason, message.value, where), None)
+    outbox.dead_letter(DLQ, reason, message.key, message.value, where)
 
 
 def route(parse: Callable[[Any], Any], target: str, counter: str) -> Callable[[Any], Any]:
@@ -73,7 +74,8 @@ def route(parse: Callable[[Any], Any], target: str, counter: str) -> Callable[[A
         async for event in events_once(app, stream):
             message = event.message
             async with exactly_once(app, event, dead_letters=DLQ) as task:
-                parsed = parse(message)
+                too_large = oversize(message.key, message.value, conf.sizes)
+                parsed = f"invalid: {too_large.reason}" if too_large else parse(message)
                 if isinstance(parsed, str):
                     dead_letter(task.outbox, message, parsed)
                     continue

@@ -35,8 +35,8 @@ from pairing.enrichment import (
     enriched_record,
     row_rejection,
 )
-from pairing.grammar import Rejection, parse_timestamp
-from pairing.records import TICK, Source, dead_letter_record
+from pairing.grammar import Rejection, oversize, parse_timestamp
+from pairing.records import TICK, Source
 from tables import TableWriter, bytes_table
 
 conf = settings()
@@ -58,11 +58,15 @@ async def broadcast_rows(stream: Any) -> None:
     async for event in events_once(app, stream):
         message = event.message
         async with exactly_once(app, event, dead_letters=DLQ) as task:
-            reason = row_rejection(message.key, message.value)
+            too_large = oversize(message.key, message.value, conf.sizes)
+            reason = (
+                f"invalid: {too_large.reason}"
+                if too_large
+                else row_rejection(message.key, message.value)
+            )
             if reason is not None:
                 where = Source(message.topic, message.partition, message.offset)
-                record = dead_letter_record(reason, message.value, where)
-                task.outbox.send(DLQ, message.key, record, None)
+                task.outbox.dead_letter(DLQ, reason, message.key, message.value, where)
                 task.outbox.count("dead_lettered")
                 continue
             task.outbox.count("rows")

@@ -25,14 +25,13 @@ from app.exactly_once.step import RunRecords, run_once, still_current
 from app.faust_app import app
 from app.settings import settings
 from app.topics import dead_letters, events, keyed_events
-from pairing.events import Rejection, parse_event
+from pairing.events import Rejection, read_event
 from pairing.records import (
     HANDED,
     HANDED_WATERMARK_KEY,
     WATERMARK_KEY,
     KeyedEvent,
     Source,
-    dead_letter_record,
     encode_keyed_event,
     encode_watermark,
 )
@@ -144,6 +143,8 @@ def ingest_run(task: PartitionTask, records: RunRecords) -> None:
     keyed_topic = keyed_events.get_topic_name()
     dlq_topic = dead_letters.get_topic_name()
     now = time.time()
+    now_ms = int(now * 1000)
+    sizes, max_ahead_us = conf.sizes, conf.max_ahead_us
     outbox = task.outbox
     handoff = app.partition_tasks.handoff
     keyed = keyed_partitions()
@@ -157,13 +158,13 @@ def ingest_run(task: PartitionTask, records: RunRecords) -> None:
     topic, partition = task.tp
     for record in records.each():
         raw: bytes | None = record.value
-        record_source = Source(topic, partition, record.offset, record.timestamp)
-        parsed = parse_event(raw, conf.max_event_bytes)
+        stamped: int | None = record.timestamp
+        record_source = Source(topic, partition, record.offset, stamped)
+        record_time_ms = stamped if stamped is not None and stamped >= 0 else now_ms
+        parsed = read_event(record.key, raw, record_time_ms, sizes, max_ahead_us)
         if isinstance(parsed, Rejection):
             rejected += 1
-            outbox.send(
-                dlq_topic, record.key, dead_letter_record(parsed.reason, raw, record_source), None
-            )
+            outbox.dead_letter(dlq_topic, parsed.reason, record.key, raw, record_source)
             continue
         assert raw is not None  # a valid event has a body
         stamp = source.observe(parsed.time_us, now)

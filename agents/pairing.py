@@ -24,7 +24,6 @@ from pairing.records import (
     TICK,
     WATERMARK_KEY,
     KeyedEvent,
-    conflict_record,
     decode_keyed_event,
     decode_watermark,
     loads,
@@ -170,7 +169,9 @@ def publish(
         elif isinstance(outcome, Conflict):
             assert keyed is not None  # only an arriving event conflicts
             outbox.count("conflicts")
-            outbox.send(dead_letters.get_topic_name(), key, conflict_record(outcome, keyed), None)
+            reason, identity = f"conflict: {outcome.detail}", outcome.event.identity
+            topic = dead_letters.get_topic_name()
+            outbox.dead_letter(topic, reason, key, keyed.raw, keyed.source, identity)
         elif isinstance(outcome, Duplicate):
             outbox.count("duplicates")
 

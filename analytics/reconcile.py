@@ -28,7 +28,7 @@ from analytics.event_time import keyed_event, keyed_watermarks, on_time
 from analytics.ingest import sources
 from analytics.lake import Lake
 from app.settings import Settings
-from pairing.events import Rejection, parse_event
+from pairing.events import Rejection, read_event
 from pairing.grammar import add_exact
 from pairing.records import HANDED, loads
 
@@ -66,11 +66,15 @@ class Verdict:
         return "\n".join(lines)
 
 
-def _parse_input(max_bytes: int):  # type: ignore[no-untyped-def]  # a Spark UDF
-    """The worker's own parser: validity and identity exactly as pairing decides them."""
+def _parse_input(conf: Settings):  # type: ignore[no-untyped-def]  # a Spark UDF
+    """The worker's own reader: validity and identity exactly as ingest decides them,
+    sizes and the clock guard included (its record's timestamp, as ingest reads it)."""
+    sizes, max_ahead_us = conf.sizes, conf.max_ahead_us
 
-    def parse(raw: bytes | None) -> tuple[bool, str | None, str | None, int | None, str | None]:
-        event = parse_event(raw, max_bytes)
+    def parse(
+        key: bytes | None, raw: bytes | None, record_ms: int
+    ) -> tuple[bool, str | None, str | None, int | None, str | None]:
+        event = read_event(key, raw, record_ms, sizes, max_ahead_us)
         if isinstance(event, Rejection):
             return (False, None, None, None, None)
         return (True, event.identity, event.key, event.time_us, event.type)
@@ -176,7 +180,7 @@ def reconcile(spark: SparkSession, conf: Settings) -> Verdict:
     # Cached: every check below reads the parsed inputs, and parsing is a Python UDF.
     inputs = (
         consumed(bronze("events"), topics["events"])
-        .withColumn("p", _parse_input(conf.max_event_bytes)(F.col("value")))
+        .withColumn("p", _parse_input(conf)("key", "value", F.unix_millis("timestamp")))
         .cache()
     )
     keyed = bronze("keyed").withColumn("r", keyed_event(F.col("value")))

@@ -40,6 +40,8 @@ def create_app() -> PairstreamApp:
         broker_commit_interval=conf.commit_interval_seconds,
         producer_linger=conf.producer_linger_seconds,
         producer_max_batch_size=conf.producer_batch_bytes,
+        # Room past the largest record for its batch's framing (docs/grammar.md, "Sizes").
+        producer_max_request_size=max(1_000_000, conf.max_record_bytes + 16_384),
         broker_session_timeout=conf.session_timeout_seconds,
         table_standby_replicas=conf.standby_replicas,
         broker_heartbeat_interval=conf.session_timeout_seconds / 4,

@@ -11,6 +11,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.kafka.connection import KafkaConnection
+from pairing.grammar import Sizes
 from pairing.key_state import MICROS, PairingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +85,11 @@ class Settings(BaseSettings):
         description="an input partition caught up and quiet this long stops holding the"
         " watermark back",
     )
-    max_event_bytes: int = Field(65536, gt=0)
+    # Sizes and the clock guard (docs/grammar.md, docs/event-time.md; every input)
+    max_event_bytes: int = Field(65536, gt=0, description="largest value of an input record")
+    max_key_bytes: int = Field(1024, gt=0, description="largest key of an input record")
+    max_record_bytes: int = Field(960_000, gt=0, description="largest record a worker writes")
+    max_ahead_seconds: float = Field(60.0, ge=0, description="the clock guard; 0: none")
     tick_interval_seconds: float = Field(
         10.0, gt=0, description="how often quiet partitions check max wait and idleness"
     )
@@ -266,9 +271,7 @@ class Settings(BaseSettings):
         "http://127.0.0.1:8080/orders", description="each record is POSTed here as the body"
     )
     delivery_status_url: str | None = Field(
-        None,
-        description="the API's status lookup by idempotency key, `{key}` in it (GET: 200 = it"
-        " has the order, 404 = it never got it); none if the API offers no lookup",
+        None, description="the API's status lookup by idempotency key, `{key}` in it"
     )
     delivery_headers: dict[str, str] = Field(
         default_factory=dict, description="extra request headers, as JSON"
@@ -283,18 +286,11 @@ class Settings(BaseSettings):
         "id", description="JSON field holding a message's identity; else a fingerprint"
     )
     delivery_uncertain: Literal["resend", "park"] = Field(
-        "park",
-        description="an uncertain message (maybe received) when the API has no lookup: send"
-        " again (at-least-once for it) or park it on the uncertain topic for a person",
+        "park", description="an uncertain message when the API has no lookup: park or resend"
     )
     delivery_timeout_seconds: float = Field(10.0, gt=0, description="per HTTP call")
     delivery_settle_seconds: float = Field(
-        60.0,
-        ge=0,
-        description="with a status lookup: an uncertain message is looked up no sooner than"
-        " this after its last call started; exactly once only if longer than the timeout plus"
-        " the API's processing deadline (how long after receiving a request it may still apply"
-        " it)",
+        60.0, ge=0, description="uncertain: looked up no sooner than this after its last call"
     )
     delivery_deadline_seconds: float = Field(
         600.0,
@@ -307,16 +303,10 @@ class Settings(BaseSettings):
         32, ge=1, description="HTTP calls in flight per worker; also caps each partition's queue"
     )
     delivery_retention_seconds: float = Field(
-        7 * 24 * 3600.0,
-        gt=0,
-        description="how long (by record timestamp) a delivered message is remembered, so"
-        " an upstream duplicate is dropped",
+        7 * 24 * 3600.0, gt=0, description="how long a final message is remembered (duplicates)"
     )
     delivery_crash_after_calls: int | None = Field(
-        None,
-        ge=1,
-        description="testing only: exit (as SIGKILL would) after this many calls,"
-        " between a call's answer and the recording of its outcome",
+        None, ge=1, description="testing only: exit as SIGKILL would after this many calls"
     )
 
     # Analytics (Spark jobs)
@@ -354,6 +344,14 @@ class Settings(BaseSettings):
             max_wait_s=self.max_wait_seconds or self.expiry_seconds,
             dedup_retention_us=int(self.dedup_retention_seconds * MICROS),
         )
+
+    @cached_property
+    def sizes(self) -> Sizes:
+        return Sizes(self.max_key_bytes, self.max_event_bytes, self.max_record_bytes)
+
+    @property
+    def max_ahead_us(self) -> int | None:
+        return int(self.max_ahead_seconds * MICROS) if self.max_ahead_seconds else None
 
     @property
     def delivery_source(self) -> str:

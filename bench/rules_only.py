@@ -20,12 +20,11 @@ from typing import cast
 from rocksdict import Options, Rdict, WriteBatch
 
 from app.settings import settings
-from pairing.events import Rejection, format_time, parse_event
+from pairing.events import Rejection, format_time, read_event
 from pairing.key_state import Conflict, KeyState, KeyTimes, Paired, Unpaired
 from pairing.records import (
     Source,
-    conflict_record,
-    dead_letter_record,
+    dead_letter,
     decode_key_times,
     decode_keyed_event,
     decode_state,
@@ -100,7 +99,7 @@ def ingest(
     records: list[Record], input_partitions: int, keyed_partitions: int
 ) -> list[list[bytes]]:
     """The re-keyed records of each keyed partition, in order."""
-    max_bytes = settings().max_event_bytes
+    conf = settings()
     sources = [SourceProgress(None, 0.0) for _ in range(input_partitions)]
     offsets = [0] * input_partitions
     keyed: list[list[bytes]] = [[] for _ in range(keyed_partitions)]
@@ -108,9 +107,9 @@ def ingest(
         partition = n % input_partitions  # random producer keys spread evenly
         source = Source(INPUT_TOPIC, partition, offsets[partition])
         offsets[partition] += 1
-        parsed = parse_event(raw, max_bytes)
+        parsed = read_event(None, raw, int(time.time() * 1000), conf.sizes, conf.max_ahead_us)
         if isinstance(parsed, Rejection):
-            dead_letter_record(parsed.reason, raw, source)
+            dead_letter(parsed.reason, None, raw, source, conf.sizes)
             continue
         assert raw is not None  # a valid event has a body
         stamp = sources[partition].observe(parsed.time_us, time.time())
@@ -137,7 +136,10 @@ def pair(records: list[bytes], store: RocksKeyStore) -> int:
                 elif isinstance(outcome, Unpaired):
                     unpaired_record(outcome)
                 elif isinstance(outcome, Conflict):
-                    conflict_record(outcome, keyed)
+                    reason = f"conflict: {outcome.detail}"
+                    dead_letter(
+                        reason, None, keyed.raw, keyed.source, conf.sizes, outcome.event.identity
+                    )
         store.write()
     return pairs
 

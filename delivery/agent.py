@@ -45,7 +45,8 @@ from delivery.rules import (
     parse_order,
 )
 from delivery.store import DeliveryStore, stored_entries
-from pairing.records import Source, dead_letter_record
+from pairing.grammar import oversize
+from pairing.records import Source
 from pairing.routing import partition_for
 
 conf = settings()
@@ -86,11 +87,12 @@ async def route(stream: Any) -> None:
         value: bytes | None = message.value
         async with exactly_once(app, event, dead_letters=DLQ) as task:
             outbox = task.outbox
-            parsed = parse_order(value, conf.max_event_bytes)
+            too_large = oversize(message.key, value, conf.sizes)
+            parsed = f"invalid: {too_large.reason}" if too_large else parse_order(value)
             if isinstance(parsed, str):
                 outbox.count("invalid")
                 where = Source(message.topic, message.partition, message.offset)
-                outbox.send(for_dlq, message.key, dead_letter_record(parsed, value, where), None)
+                outbox.dead_letter(for_dlq, parsed, message.key, value, where)
                 continue
             assert value is not None  # parse_order rejects an empty record
             message_identity = identity(value, parsed, conf.delivery_id_field)
@@ -180,11 +182,11 @@ def apply_log(store: DeliveryStore, deliveries: PartitionDeliveries, message: An
     key = record.identity.encode()
     where = Source(message.topic, message.partition, message.offset)
     if applied.outcome is Status.DEAD:
-        dead = dead_letter_record(record.reason, entry.body, where, record.identity)
-        outbox.send(conf.delivery_dead_letter_topic, key, dead, None)
+        topic = conf.delivery_dead_letter_topic
+        outbox.dead_letter(topic, record.reason, key, entry.body, where, record.identity)
     elif applied.outcome is Status.PARKED:
-        parked = dead_letter_record(record.reason, entry.body, where, record.identity)
-        outbox.send(conf.delivery_uncertain_topic, key, parked, None)
+        topic = conf.delivery_uncertain_topic
+        outbox.dead_letter(topic, record.reason, key, entry.body, where, record.identity)
 
 
 def resume(deliveries: PartitionDeliveries) -> None:

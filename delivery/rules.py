@@ -68,10 +68,9 @@ def idempotency_key(namespace: str, identity: str) -> str:
     return hashlib.sha256(f"{namespace}/{identity}".encode()).hexdigest()[:40]
 
 
-def parse_order(value: bytes | None, max_bytes: int) -> dict[str, Any] | str:
-    """The message as a JSON object (docs/grammar.md), or why it cannot be delivered."""
-    if value is not None and len(value) > max_bytes:
-        return f"invalid: larger than {max_bytes} bytes"
+def parse_order(value: bytes | None) -> dict[str, Any] | str:
+    """The message as a JSON object (docs/grammar.md), or why it cannot be delivered;
+    its size is checked before (`pairing.grammar.oversize`)."""
     parsed = grammar.decode_object(value)
     return f"invalid: {parsed.reason}" if isinstance(parsed, grammar.Rejection) else parsed
 

@@ -13,6 +13,7 @@ from typing import Literal
 from pairing.grammar import (
     Number,
     Rejection,
+    Sizes,
     add_exact,
     decode_object,
     excerpt,
@@ -20,6 +21,7 @@ from pairing.grammar import (
     identity,
     normalized,
     number,
+    oversize,
     parse_timestamp,
 )
 from pairing.immutable import immutable
@@ -78,6 +80,33 @@ def parse_event(raw: bytes | None, max_bytes: int) -> Event | Rejection:
 
     known_as = event_id if event_id is not None else fingerprint(event_type, key, value)
     return Event(event_type, key, time_us, value, event_id, known_as)
+
+
+def read_event(
+    key: bytes | None,
+    raw: bytes | None,
+    record_time_ms: int,
+    sizes: Sizes,
+    max_ahead_us: int | None,
+) -> Event | Rejection:
+    """An input record as ingest reads it: its key's size, its value (`parse_event`),
+    then the clock guard (docs/event-time.md): an event stamped more than `max_ahead_us`
+    after its record's own timestamp is refused, so that it never moves the watermark.
+    The record's timestamp, not a worker's clock: the same record gets the same answer
+    on every worker and every replay."""
+    refused = None if key is None else oversize(key, None, sizes)
+    if refused is not None:
+        return refused
+    event = parse_event(raw, sizes.value_bytes)
+    if max_ahead_us is None or isinstance(event, Rejection):
+        return event
+    ahead_us = event.time_us - record_time_ms * 1000
+    if ahead_us > max_ahead_us:
+        return Rejection(
+            f"timestamp too far in the future: {event.key} is {ahead_us // 1_000_000} s after"
+            f" its record's timestamp, more than {max_ahead_us // 1_000_000} s"
+        )
+    return event
 
 
 def canonical_number(value: Number) -> str:

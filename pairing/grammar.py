@@ -49,6 +49,30 @@ class Rejection:
     reason: str
 
 
+# --- sizes ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """How large records may be (docs/grammar.md, "Sizes"): an input record's key and
+    value, refused past these before anything else is read; and any record a worker
+    writes (outputs, re-keyed records, changelogs), key and value together, which must
+    stay under its producer's request limit and the topics' max.message.bytes."""
+
+    key_bytes: int = 1024
+    value_bytes: int = 65536
+    record_bytes: int = 960_000
+
+
+def oversize(key: bytes | None, value: bytes | None, sizes: Sizes) -> Rejection | None:
+    """Why an input record is too large to read, or None."""
+    if key is not None and len(key) > sizes.key_bytes:
+        return Rejection(f"oversize key: {len(key)} bytes > {sizes.key_bytes}")
+    if value is not None and len(value) > sizes.value_bytes:
+        return Rejection(f"oversize record: {len(value)} bytes > {sizes.value_bytes}")
+    return None
+
+
 # --- JSON documents ---------------------------------------------------------------
 
 
@@ -104,6 +128,10 @@ def decode_json(raw: bytes | None) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return Rejection("malformed JSON: not UTF-8")
+    if "\x00" in text[:2]:
+        # UTF-16 (or UTF-32) of ASCII text is valid UTF-8 with a NUL in every other
+        # place; JSON allows no NUL outside a string, and a document starts with ASCII.
+        return Rejection("malformed JSON: not UTF-8 (UTF-16 or UTF-32?)")
     try:
         return _DECODER.decode(text)
     except _Refused as exc:
@@ -237,8 +265,9 @@ def parse_day(raw: bytes | None) -> str | Rejection:
 
 # The seed's "YYYY-MM-DD HH:MM:SS" and ISO-8601 with T, fractions, Z or an offset.
 # A time part is required: a bare date is not an event time. ASCII digits only.
+# `\Z`, not `$`: `$` also matches before a final newline.
 _TIMESTAMP = re.compile(
-    r"^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?$",
+    r"(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?\Z",
     re.ASCII,
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -259,9 +288,7 @@ def parse_timestamp(text: object) -> tuple[str, int] | Rejection:
         except ValueError:
             return _parse_timestamp(text)  # to say why, as the general way says it
         time_us = (moment - _NAIVE_EPOCH) // _MICROSECOND
-        if text[0] != "0":
-            return f"{text[:10]}T{text[11:]}Z", time_us
-        return format_time(moment.replace(tzinfo=UTC)), time_us
+        return f"{text[:10]}T{text[11:]}Z", time_us
     return _parse_timestamp(text)
 
 
@@ -295,16 +322,17 @@ def _parse_timestamp(text: str) -> tuple[str, int] | Rejection:
         return Rejection(f"unparseable timestamp {text!r}: {exc}")
     delta = moment - _EPOCH
     time_us = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-    if utc and date_part[0] != "0":
+    if utc:
         # What format_time writes, from the parts already checked (most inputs are UTC;
-        # strftime was 2% of a worker's CPU). Years before 1000: strftime writes no
-        # leading zero.
+        # strftime was 2% of a worker's CPU).
         whole = f"{date_part}T{clock}"
         return (f"{whole}Z" if micros == "000000" else f"{whole}.{micros}Z"), time_us
     return format_time(moment), time_us
 
 
 def format_time(moment: datetime) -> str:
-    """ISO-8601 UTC with a Z, fractions only when there are some."""
-    spec = "%Y-%m-%dT%H:%M:%S.%fZ" if moment.microsecond else "%Y-%m-%dT%H:%M:%SZ"
-    return moment.astimezone(UTC).strftime(spec)
+    """ISO-8601 UTC with a Z, fractions only when there are some; the year in four
+    digits (strftime's %Y writes year 1 as "1")."""
+    m = moment.astimezone(UTC)
+    whole = f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}"
+    return f"{whole}.{m.microsecond:06d}Z" if m.microsecond else f"{whole}Z"

@@ -9,6 +9,7 @@ so a sum of decimals is never rounded through a float.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from collections.abc import Mapping
 from decimal import Decimal
@@ -17,8 +18,9 @@ from typing import Any
 import orjson
 
 from pairing.events import Event, parse_number
+from pairing.grammar import Sizes
 from pairing.immutable import immutable
-from pairing.key_state import Conflict, KeyState, KeyTimes, Paired, PendingEvent, Unpaired
+from pairing.key_state import KeyState, KeyTimes, Paired, PendingEvent, Unpaired
 from pairing.watermarks import EventClock, SourceMark, WatermarkUpdate
 
 
@@ -272,10 +274,24 @@ def unpaired_record(unpaired: Unpaired) -> bytes:
     )
 
 
-def dead_letter_record(
-    reason: str, raw: bytes | None, source: Source, identity: str | None = None
-) -> bytes:
-    """The original bytes (base64 where not UTF-8), where they came from, and why."""
+# What a dead letter keeps of an input too large to copy whole: its first bytes.
+DEAD_LETTER_PREFIX_BYTES = 4096
+
+
+def dead_letter(
+    reason: str,
+    key: bytes | None,
+    raw: bytes | None,
+    source: Source,
+    sizes: Sizes,
+    identity: str | None = None,
+) -> tuple[bytes | None, bytes]:
+    """The key and value of a dead letter: the original bytes (base64 where not UTF-8),
+    where they came from, and why. Always small enough to send (docs/grammar.md,
+    "Sizes"): a key longer than `sizes.key_bytes` is replaced by its digest, and a value
+    whose copy would not fit in `sizes.record_bytes` by a cut: its first
+    DEAD_LETTER_PREFIX_BYTES, its size and digest; the whole stays in the input topic at
+    the source offset."""
     record: dict[str, Any] = {
         "reason": reason,
         "source_topic": source.topic,
@@ -283,17 +299,37 @@ def dead_letter_record(
         "source_offset": source.offset,
         "id": identity,
     }
+    if key is not None and len(key) > sizes.key_bytes:
+        record["key_bytes"] = len(key)
+        record["key_sha256"] = hashlib.sha256(key).hexdigest()
+        key = b"sha256:" + record["key_sha256"].encode()
     if raw is None:
         record["value"] = None
-    else:
+        return key, dumps(record)
+    whole = dumps({**record, **_copy("value", raw)})
+    if len(whole) + len(key or b"") <= sizes.record_bytes:
+        return key, whole
+    record["value_bytes"] = len(raw)
+    record["value_sha256"] = hashlib.sha256(raw).hexdigest()
+    prefix = _whole_characters(raw[:DEAD_LETTER_PREFIX_BYTES])
+    return key, dumps({**record, **_copy("value_prefix", prefix)})
+
+
+def _whole_characters(prefix: bytes) -> bytes:
+    """A prefix of UTF-8 text without the start of a character the cut fell in (a
+    character has at most 4 bytes); other bytes as they are."""
+    for end in range(len(prefix), max(len(prefix) - 4, 0), -1):
         try:
-            record["value"] = raw.decode()
+            prefix[:end].decode()
         except UnicodeDecodeError:
-            record["value_base64"] = base64.b64encode(raw).decode()
-    return dumps(record)
+            continue
+        return prefix[:end]
+    return prefix
 
 
-def conflict_record(conflict: Conflict, keyed: KeyedEvent) -> bytes:
-    return dead_letter_record(
-        f"conflict: {conflict.detail}", keyed.raw, keyed.source, conflict.event.identity
-    )
+def _copy(field: str, raw: bytes) -> dict[str, str]:
+    """Bytes as text where they are UTF-8, else in base64 under `<field>_base64`."""
+    try:
+        return {field: raw.decode()}
+    except UnicodeDecodeError:
+        return {f"{field}_base64": base64.b64encode(raw).decode()}

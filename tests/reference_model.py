@@ -13,10 +13,12 @@ largest once every partition is idle.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pairing.events import Event, Rejection, add_exact, parse_event
+from pairing.events import Event, Rejection, add_exact, read_event
+from pairing.grammar import Sizes
 
 FIVE_MINUTES_US = 5 * 60 * 1_000_000
 HOUR_US = 60 * 60 * 1_000_000
@@ -41,6 +43,20 @@ class Expected:
 
 
 @dataclass(frozen=True)
+class Reading:
+    """How ingest reads every record (`pairing.events.read_event`): its sizes, and the
+    clock guard against one record timestamp taken for every record (the tests' records
+    are produced after `record_time_ms`, and any they stamp ahead are years ahead)."""
+
+    sizes: Sizes = field(default_factory=Sizes)
+    max_ahead_us: int | None = None
+    record_time_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    def read(self, raw: bytes | None) -> Event | Rejection:
+        return read_event(None, raw, self.record_time_ms, self.sizes, self.max_ahead_us)
+
+
+@dataclass(frozen=True)
 class _Stamped:
     source: int
     event: Event
@@ -51,7 +67,7 @@ def expected_outputs(
     sources: list[list[bytes | None]],
     expiry_us: int = FIVE_MINUTES_US,
     retention_us: int = HOUR_US,
-    max_bytes: int = 65536,
+    reading: Reading | None = None,
     drained: bool = False,
     all_idle: bool = False,
 ) -> Expected:
@@ -59,13 +75,14 @@ def expected_outputs(
     `sources`. `all_idle`: every partition has been declared idle since its last
     record (the watermark is then the largest progress, not the least); `drained`:
     every key has been closed (a quiet stream after max wait)."""
+    read = (reading or Reading()).read
     out = Expected()
     by_key: dict[str, list[_Stamped]] = {}
     finals: list[int] = []
     for source, records in enumerate(sources):
         progress: int | None = None
         for raw in records:
-            parsed = parse_event(raw, max_bytes)
+            parsed = read(raw)
             if isinstance(parsed, Rejection):
                 out.invalid[raw] += 1
                 continue

@@ -29,7 +29,7 @@ class PairstreamApp(faust.App):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.partition_tasks = PartitionTasks()
+        self.partition_tasks = PartitionTasks(settings().sizes)
         # The input topic's partition count as this worker has seen it (input_partitions.py).
         self.input_size = InputSize(settings().events_partitions)
 

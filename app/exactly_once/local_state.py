@@ -23,7 +23,8 @@ from typing import Any, Final
 from faust.types import TP
 
 from app.exactly_once import internals
-from app.exactly_once.outbox import Outbox, SendReceipt, acked_offset
+from app.exactly_once.outbox import Outbox, SendReceipt, acked_offset, check_size
+from pairing.grammar import Sizes
 
 Value = bytes | None  # None: deleted
 _ABSENT: Final = object()
@@ -120,11 +121,12 @@ class LocalState:
 class StepWrites:
     """The table writes of a partition task's current step."""
 
-    __slots__ = ("_last_record", "_staged", "local_state", "touched", "tp")
+    __slots__ = ("_last_record", "_staged", "local_state", "sizes", "touched", "tp")
 
-    def __init__(self, tp: TP, local_state: LocalState) -> None:
+    def __init__(self, tp: TP, local_state: LocalState, sizes: Sizes) -> None:
         self.tp = tp
         self.local_state = local_state
+        self.sizes = sizes
         # Per table partition: key -> value, and the index in the outbox of its last
         # changelog record (once `to_changelog` has put them there). Kept apart per
         # partition so that `sent` hands each one's writes over in one update: a loop
@@ -144,6 +146,7 @@ class StepWrites:
         return local.get(key)
 
     def stage(self, local: LocalPartition, key: bytes, value: Value) -> None:
+        check_size(local.changelog, key, value, self.sizes)  # before it is in the step
         self.touched = True
         staged = self._staged.get(local)
         if staged is None:

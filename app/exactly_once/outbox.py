@@ -12,6 +12,8 @@ from typing import Any, cast
 from faust.types import TP, AppT
 
 from app.exactly_once import internals
+from pairing.grammar import Sizes
+from pairing.records import Source, dead_letter
 
 Record = tuple[str, bytes | None, bytes | None, int | None]  # topic, key, value, partition
 # Where a sent record's ack shows: the future that reports it (its batch's, or its
@@ -32,23 +34,52 @@ class SendFailed(RuntimeError):
     pass
 
 
+class RecordTooLarge(ValueError):
+    """A record larger than `Sizes.record_bytes`: a processing error of the record that
+    made it (app/exactly_once/step.py dead-letters that one), never sent, so never a
+    failed transaction."""
+
+
+def check_size(topic: str, key: bytes | None, value: bytes | None, sizes: Sizes) -> None:
+    size = (0 if key is None else len(key)) + (0 if value is None else len(value))
+    if size > sizes.record_bytes:
+        raise RecordTooLarge(f"a record for {topic} of {size} bytes > {sizes.record_bytes}")
+
+
 class Outbox:
     """What the event being processed sends, and what it counted as (counted only
     once it is acked)."""
 
-    __slots__ = ("counts", "records")
+    __slots__ = ("counts", "records", "sizes")
 
-    def __init__(self) -> None:
+    def __init__(self, sizes: Sizes) -> None:
+        self.sizes = sizes
         self.records: list[Record] = []
         self.counts: Counter[str] = Counter()
 
     def send(
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None
     ) -> None:
+        check_size(topic, key, value, self.sizes)
         self.records.append((topic, key, value, partition))
 
     def send_all(self, records: list[Record]) -> None:
+        """Records of the worker's own making, small by construction (watermarks)."""
         self.records.extend(records)
+
+    def dead_letter(
+        self,
+        topic: str,
+        reason: str,
+        key: bytes | None,
+        value: bytes | None,
+        source: Source,
+        identity: str | None = None,
+    ) -> None:
+        """An input record to `topic`, with the reason (`pairing.records.dead_letter`:
+        small enough to send, whatever the input's size)."""
+        dead_key, dead_value = dead_letter(reason, key, value, source, self.sizes, identity)
+        self.records.append((topic, dead_key, dead_value, None))
 
     def count(self, name: str, n: int = 1) -> None:
         self.counts[name] += n

@@ -28,6 +28,9 @@ from app.exactly_once.local_state import LocalState, StepWrites
 from app.exactly_once.offset_order import OffsetOrder
 from app.exactly_once.outbox import Outbox, Record
 from app.exactly_once.stats import Stats
+from pairing.grammar import Sizes
+
+DEFAULT_SIZES = Sizes()
 
 if TYPE_CHECKING:
     from app.exactly_once.stage import Stage
@@ -52,11 +55,11 @@ class PartitionTask:
         "writes",
     )
 
-    def __init__(self, tp: TP, local_state: LocalState) -> None:
+    def __init__(self, tp: TP, local_state: LocalState, sizes: Sizes = DEFAULT_SIZES) -> None:
         self.tp = tp
         self.offsets = OffsetOrder()
-        self.outbox = Outbox()
-        self.writes = StepWrites(tp, local_state)
+        self.outbox = Outbox(sizes)
+        self.writes = StepWrites(tp, local_state, sizes)
         # Held by a step from its start until its ack, and by a commit of this
         # partition while it takes its offset and its before-commit records, and again
         # while it sends the held records.
@@ -100,8 +103,9 @@ class PartitionTask:
 
 
 class PartitionTasks:
-    def __init__(self) -> None:
+    def __init__(self, sizes: Sizes = DEFAULT_SIZES) -> None:
         self._by_tp: dict[TP, PartitionTask] = {}
+        self.sizes = sizes
         # From the start of a revocation or a stop until the next assignment: records delivered
         # meanwhile are not processed (their transaction ends); the next owner reads them again.
         self.closing = False
@@ -156,7 +160,7 @@ class PartitionTasks:
         self.restored.clear()
         for tp in tps:
             if tp not in self._by_tp:
-                self._by_tp[tp] = PartitionTask(tp, self.local_state)
+                self._by_tp[tp] = PartitionTask(tp, self.local_state, self.sizes)
         self.handoff.assigned(self._by_tp)
 
     def revoked(self, tps: set[TP]) -> None:

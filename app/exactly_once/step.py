@@ -25,7 +25,7 @@ from app.exactly_once.outbox import SendFailed
 from app.exactly_once.outbox_sends import send_outbox
 from app.exactly_once.partition_tasks import PartitionTask
 from app.settings import settings
-from pairing.records import Source, dead_letter_record
+from pairing.records import Source
 
 log = logging.getLogger(__name__)
 # What a step may raise that no record caused: the transaction or the transport failed
@@ -166,7 +166,7 @@ def _send_dead_letter(
     exc: BaseException,
 ) -> None:
     reason = f"processing error: {type(exc).__name__}: {exc}"[:REASON_CHARS]
-    task.outbox.send(topic, key, dead_letter_record(reason, value, where), None)
+    task.outbox.dead_letter(topic, reason, key, value, where)
     task.outbox.count("processing_errors")
     log.warning("dead-lettered record %s@%d to %s: %s", task.tp, where.offset, topic, reason)
 

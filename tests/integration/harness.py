@@ -23,7 +23,7 @@ from faust.types import TP
 from app.kafka.access import worker_permissions
 from app.kafka.admin import admin_client, end_offsets, ensure_topics, read_committed
 from app.settings import Settings
-from tests.reference_model import Expected, expected_outputs
+from tests.reference_model import Expected, Reading, expected_outputs
 from tools import broker as local_broker
 from tools.generate import Record, produce
 from tools.kafka_acls import grant
@@ -48,6 +48,8 @@ class Pipeline:
         """`overrides`: settings of the pipeline, for its workers and this process;
         `worker_env`: for its workers only (their Kafka user, say)."""
         name = f"it-{uuid.uuid4().hex[:10]}"
+        # Every input record is produced after this: the model's clock guard reads it.
+        self.created_ms = int(time.time() * 1000)
         self.tmp = tmp
         self.worker_env = worker_env or {}
         self.env_vars = {
@@ -89,7 +91,7 @@ class Pipeline:
             sources,
             expiry_us=int(self.conf.expiry_seconds * 1_000_000),
             retention_us=int(self.conf.dedup_retention_seconds * 1_000_000),
-            max_bytes=self.conf.max_event_bytes,
+            reading=Reading(self.conf.sizes, self.conf.max_ahead_us, self.created_ms),
             drained=drained,
             all_idle=all_idle,
         )

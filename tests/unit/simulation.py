@@ -15,13 +15,13 @@ import random
 from collections import deque
 from collections.abc import Callable
 
-from pairing.events import Event, Rejection, parse_event
+from pairing.events import Event, Rejection
 from pairing.key_state import Conflict, Duplicate, Outcome, Paired, PairingConfig, Unpaired
 from pairing.records import decode_clock, encode_clock
 from pairing.routing import partition_for
 from pairing.rules import PairingPartition
 from pairing.watermarks import EventClock, SourceProgress, WatermarkUpdate
-from tests.reference_model import Expected
+from tests.reference_model import Expected, Reading
 from tests.unit.memory_store import MemoryStore
 
 Item = WatermarkUpdate | tuple[Event, int]
@@ -53,8 +53,10 @@ class Simulation:
         clock: ClockFactory = lambda restored: restored,
         restarts: float = 0.05,
         end_idle: bool = False,
+        reading: Reading | None = None,
     ) -> None:
         self.sources = sources
+        self.read_event = (reading or Reading()).read
         self.partitions = keyed_partitions
         self.config = config
         self.rng = rng
@@ -143,7 +145,7 @@ class Simulation:
         raw = self.sources[q][self.read[q]]
         self.read[q] += 1
         self.uncommitted[q] = True
-        parsed = parse_event(raw, 4096)
+        parsed = self.read_event(raw)
         if isinstance(parsed, Rejection):
             self.out.invalid[raw] += 1
             return

@@ -5,6 +5,7 @@ restart. Checked against the naive model over random streams and interleavings."
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Any
 
 from hypothesis import HealthCheck, assume, example, find, given, settings
@@ -12,11 +13,15 @@ from hypothesis import strategies as st
 
 from pairing.key_state import PairingConfig
 from pairing.watermarks import EventClock
-from tests.reference_model import AmbiguousStream, Expected, expected_outputs
+from tests.reference_model import AmbiguousStream, Expected, Reading, expected_outputs
 from tests.unit.simulation import ClockFactory, Simulation
 
 MINUTE = 60_000_000
 CONFIG = PairingConfig(expiry_us=5 * MINUTE, max_wait_s=300.0, dedup_retention_us=60 * MINUTE)
+# Every record produced at 22:20 (minute 80 of the streams, which start at 21:00), with
+# the clock guard at 5 minutes: events of minutes 86 and on are refused.
+PRODUCED_MS = 1_707_512_400_000 + 80 * 60_000
+READING = Reading(max_ahead_us=5 * MINUTE, record_time_ms=PRODUCED_MS)
 
 
 def record(kind: str, minute: int, value: int) -> bytes:
@@ -37,8 +42,11 @@ def partitioned_streams(draw: Any) -> list[list[bytes | None]]:
     home: dict[tuple[str, int], tuple[int, int]] = {}  # (type, minute) -> (value, partition)
     steps = st.tuples(
         st.sampled_from("AB"),
-        # Minutes: mostly close together (pairs, conflicts), some far (expiry, retention).
-        st.integers(min_value=0, max_value=8) | st.integers(min_value=0, max_value=90),
+        # Minutes: mostly close together (pairs, conflicts), some far (expiry, retention),
+        # some past the clock guard.
+        st.integers(min_value=0, max_value=8)
+        | st.integers(min_value=0, max_value=90)
+        | st.integers(min_value=84, max_value=170),
         st.integers(min_value=0, max_value=2),
         st.integers(min_value=0, max_value=count - 1),
         st.integers(min_value=0, max_value=30),
@@ -60,7 +68,7 @@ def outputs(e: Expected) -> tuple[Any, ...]:
 
 def model(sources: list[list[bytes | None]], drained: bool, all_idle: bool) -> Expected:
     return expected_outputs(
-        sources, CONFIG.expiry_us, CONFIG.dedup_retention_us, 4096, drained, all_idle
+        sources, CONFIG.expiry_us, CONFIG.dedup_retention_us, READING, drained, all_idle
     )
 
 
@@ -76,7 +84,7 @@ def agrees_with_model(
     except AmbiguousStream:
         return None
     simulation = Simulation(
-        sources, partitions, CONFIG, random.Random(seed), clock, end_idle=end_idle
+        sources, partitions, CONFIG, random.Random(seed), clock, end_idle=end_idle, reading=READING
     )
     got = simulation.run()
     if outputs(got) != outputs(want) or simulation.pending() != want.pending:
@@ -123,9 +131,35 @@ def test_every_interleaving_gives_the_models_outcome(
     assume(agrees is not None)
     assert agrees
     # And so two interleavings of the same partitions agree with each other.
-    first = Simulation(sources, partitions, CONFIG, random.Random(seed)).run()
-    second = Simulation(sources, partitions, CONFIG, random.Random(other_seed)).run()
+    first = Simulation(sources, partitions, CONFIG, random.Random(seed), reading=READING).run()
+    second = Simulation(
+        sources, partitions, CONFIG, random.Random(other_seed), reading=READING
+    ).run()
     assert outputs(first) == outputs(second)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(interleavings, st.lists(st.tuples(st.integers(0, 3), st.integers(0, 80)), max_size=6))
+def test_events_past_the_clock_guard_change_nothing_else(
+    case: tuple[list[list[bytes | None]], int, int], inserted: list[tuple[int, int]]
+) -> None:
+    """An event stamped past the guard, anywhere in any partition, is refused and the
+    outcome of every other record stays what it was: it moves no watermark."""
+    sources, seed, partitions = case
+    ahead = [list(records) for records in sources]
+    for n, (where, at) in enumerate(inserted):
+        records = ahead[where % len(ahead)]
+        records.insert(at % (len(records) + 1), record("AB"[n % 2], 86 + n, n))
+    try:
+        want = model(sources, drained=False, all_idle=True)
+    except AmbiguousStream:
+        return
+    got = Simulation(
+        ahead, partitions, CONFIG, random.Random(seed), end_idle=True, reading=READING
+    ).run()
+    assert (got.pairs, got.unpaired, got.conflicts) == (want.pairs, want.unpaired, want.conflicts)
+    refused = Counter(record("AB"[n % 2], 86 + n, n) for n in range(len(inserted)))
+    assert got.invalid == want.invalid + refused
 
 
 class LargestProgress(EventClock):

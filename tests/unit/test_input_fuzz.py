@@ -22,7 +22,7 @@ from pairing.grammar import MAX_DIGITS, MAX_EXPONENT, OUT_OF_RANGE
 from pairing.records import Source, decode_keyed_event, encode_keyed_event
 from tests.reference_model import AmbiguousStream
 from tests.unit.simulation import Simulation
-from tests.unit.test_event_time import CONFIG, model, outputs
+from tests.unit.test_event_time import CONFIG, READING, model, outputs
 from tools.deposits import expected
 
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -183,7 +183,9 @@ def test_the_rules_agree_with_the_model_on_any_input(stream: list[bytes | None],
         want = model([stream], drained=True, all_idle=True)
     except AmbiguousStream:
         return
-    simulation = Simulation([stream], 1, CONFIG, random.Random(seed), end_idle=True)
+    simulation = Simulation(
+        [stream], 1, CONFIG, random.Random(seed), end_idle=True, reading=READING
+    )
     simulation.run()
     assert outputs(simulation.drain()) == outputs(want)
 
@@ -291,7 +293,7 @@ def test_a_reference_row_is_stored_only_if_every_pair_can_carry_it(
 @FUZZ
 @given(records(ORDER))
 def test_every_order_is_taken_or_rejected_with_a_reason(raw: bytes | None) -> None:
-    parsed = parse_order(raw, MAX_BYTES)
+    parsed = parse_order(raw)
     if isinstance(parsed, str):
         assert parsed.startswith("invalid: ") and rejected(parsed)
         return
@@ -324,7 +326,7 @@ def test_pairs_sum_exactly() -> None:
     big = "9" * MAX_DIGITS
     sums = model([[event(big), event(big).replace(b'"A"', b'"B"')]], True, True).pairs
     assert [Decimal(s[3]) for s in sums] == [2 * int(big)]
-    simulation = Simulation([[a, b]], 1, CONFIG, random.Random(0), end_idle=True)
+    simulation = Simulation([[a, b]], 1, CONFIG, random.Random(0), end_idle=True, reading=READING)
     simulation.run()
     assert outputs(simulation.drain()) == outputs(want)
 

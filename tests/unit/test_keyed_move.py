@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from pairing.events import Rejection, parse_event
+from pairing.events import Rejection
 from pairing.keyed_move import MoveRefused, OldPartition, merge_clocks, repartition
 from pairing.records import CLOCK_KEY, decode_clock, decode_state, encode_clock, encode_state
 from pairing.routing import partition_for
@@ -21,7 +21,7 @@ from pairing.watermarks import EventClock, SourceMark, SourceProgress, Watermark
 from tests.reference_model import AmbiguousStream
 from tests.unit.memory_store import MemoryStore
 from tests.unit.simulation import Simulation
-from tests.unit.test_event_time import CONFIG, model, outputs, partitioned_streams
+from tests.unit.test_event_time import CONFIG, READING, model, outputs, partitioned_streams
 
 
 def clock(watermark: int | None, **marks: tuple[int | None, bool]) -> EventClock:
@@ -148,7 +148,7 @@ class Moved(Simulation):
 
 
 def valid(raw: bytes | None) -> bool:
-    return not isinstance(parse_event(raw, 4096), Rejection)
+    return not isinstance(READING.read(raw), Rejection)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -177,7 +177,8 @@ def test_a_move_anywhere_in_the_stream_gives_the_models_outcome(
     except AmbiguousStream:
         assume(False)
     rng = random.Random(seed)
-    simulation = Moved([s[:cut] for s, cut in zip(sources, cuts, strict=True)], old, CONFIG, rng)
+    before = [s[:cut] for s, cut in zip(sources, cuts, strict=True)]
+    simulation = Moved(before, old, CONFIG, rng, reading=READING)
     simulation.run()
     event(f"events pending across the move: {'yes' if simulation.pending() else 'no'}")
     simulation.move_to(sources, new)

@@ -1,13 +1,16 @@
 import base64
+import hashlib
 import json
 from decimal import Decimal
 from typing import Any
 
 from pairing.events import Event, parse_event
+from pairing.grammar import Sizes
 from pairing.key_state import KeyState, Paired, PendingEvent, key_times
 from pairing.records import (
+    DEAD_LETTER_PREFIX_BYTES,
     Source,
-    dead_letter_record,
+    dead_letter,
     decode_clock,
     decode_key_times,
     decode_keyed_event,
@@ -178,9 +181,45 @@ def test_pair_record_has_exact_sum_and_both_identities() -> None:
     }
 
 
+SIZES = Sizes(key_bytes=16, value_bytes=1000, record_bytes=20_000)
+
+
+def letter(raw: bytes | None, key: bytes | None = b"k") -> tuple[bytes | None, dict[str, Any]]:
+    dead_key, value = dead_letter("a reason", key, raw, SOURCE, SIZES)
+    assert len(value) + len(dead_key or b"") <= SIZES.record_bytes
+    return dead_key, loads(value)
+
+
 def test_dead_letter_keeps_original_bytes_and_source() -> None:
-    text = loads(dead_letter_record("malformed JSON", b"{oops", SOURCE))
-    assert text["value"] == "{oops" and text["source_offset"] == 42
-    binary = loads(dead_letter_record("malformed JSON: not UTF-8", b"\xff\x00", SOURCE))
+    key, text = letter(b"{oops")
+    assert key == b"k" and text["value"] == "{oops" and text["source_offset"] == 42
+    _, binary = letter(b"\xff\x00")
     assert base64.b64decode(binary["value_base64"]) == b"\xff\x00"
-    assert loads(dead_letter_record("empty record (null value)", None, SOURCE))["value"] is None
+    assert letter(None, None) == (None, {**text, "value": None})
+
+
+def test_a_dead_letter_too_large_to_copy_keeps_a_prefix_its_size_and_digest() -> None:
+    quotes = b'"' * 15_000  # escaped, twice the bytes: 30,000 > 20,000
+    _, cut = letter(quotes)
+    assert "value" not in cut and cut["value_prefix"] == '"' * DEAD_LETTER_PREFIX_BYTES
+    assert cut["value_bytes"] == 15_000
+    assert cut["value_sha256"] == hashlib.sha256(quotes).hexdigest()
+    assert (cut["source_topic"], cut["source_partition"], cut["source_offset"]) == ("events", 0, 42)
+    # A cut inside a character ends before it; bytes that are not UTF-8 stay base64.
+    euros = "€".encode() * 10_000
+    _, cut = letter(euros)
+    assert cut["value_prefix"] == "€" * (DEAD_LETTER_PREFIX_BYTES // 3)
+    _, cut = letter(b"\xff" * 30_000)
+    assert base64.b64decode(cut["value_prefix_base64"]) == b"\xff" * DEAD_LETTER_PREFIX_BYTES
+    # What fits is copied whole, however close to the limit.
+    _, whole = letter(b"x" * 19_000)
+    assert whole["value"] == "x" * 19_000
+
+
+def test_a_key_past_the_limit_is_replaced_by_its_digest() -> None:
+    long_key = b"k" * 1_000_000
+    digest = hashlib.sha256(long_key).hexdigest()
+    key, record = letter(b"{}", long_key)
+    assert key == f"sha256:{digest}".encode()
+    assert (record["key_bytes"], record["key_sha256"]) == (1_000_000, digest)
+    assert letter(b"{}", b"k" * 16)[0] == b"k" * 16
