@@ -41,6 +41,7 @@ INVALID_RECORDS: list[bytes | None] = [
     b'{"type": "B", "timestamp": "2024-02-09 21:00:00", "value": NaN}',
     b'{"type": "B", "timestamp": "2024-02-09 21:00:00", "value": Infinity}',
     b'{"type": "A", "timestamp": "2024-02-09 21:00:00"}',
+    b'{"type": "A", "timestamp": "9999-12-31 23:59:59", "value": 1}',  # the clock guard's
     b"\xff\xfe\x00garbage",
     b"",
     None,

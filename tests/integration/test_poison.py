@@ -14,6 +14,7 @@ is no object), so the test holds with or without stricter parsers.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections import Counter
@@ -23,10 +24,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from faust.types import TP
 
-from app.kafka.admin import admin_client, end_offsets
+from app.kafka.admin import admin_client, end_offsets, read_committed
 from tests.integration.harness import Pipeline, Worker, dead_lettered_bytes, read_partitions, table
 from tools.generate import Record, produce
 from tools.order_api import OrderApi
@@ -291,3 +293,217 @@ async def test_poison_on_every_input_is_dead_lettered_once_and_stops_no_partitio
     )
     assert stats["totals"]["processing_errors"] == boundary
     assert "pairstream_processing_errors" in metrics or boundary == 0
+
+
+# --- records at the edges of size and clock ------------------------------------------
+
+BIG = 2_000_000  # a value past every limit: the topics here take it, as a user's may
+LONG_KEY = b"k" * 1_000_000
+INVALID_900K = b'"' * 900_000  # escaped, twice that: a dead letter must cut it
+EDGE_PARTITION = 1
+STALL_SECONDS = 20.0  # a freeze detector, not a speed target: one took 13-81 s before
+
+Poison = tuple[str, str, bytes | None, bytes]  # topic, reason, key, value
+Follower = tuple[str, list[tuple[bytes | None, bytes]], bytes]  # topic, records, marker
+
+
+def padded(record: str) -> bytes:
+    """A record of the right shape, padded with a field to BIG bytes."""
+    head = record[:-1] + ',"pad":"'
+    return (head + "x" * (BIG - len(head) - 2) + '"}').encode()
+
+
+def edge_cases(topic: str, valid: str, key: bytes | None, prefix: str = "") -> list[Poison]:
+    """A 2 MB value, a 1 MB key, an invalid 900 KB value: each with its reason."""
+    return [
+        (topic, f"{prefix}oversize record: {BIG} bytes > 65536", key, padded(valid)),
+        (topic, f"{prefix}oversize key: {len(LONG_KEY)} bytes > 1024", LONG_KEY, valid.encode()),
+        (topic, f"{prefix}oversize record: {len(INVALID_900K)} bytes > 65536", key, INVALID_900K),
+    ]
+
+
+def edge_inputs(conf: Any) -> list[tuple[Poison, Follower]]:
+    """Each poison, and the valid record sent after it on the same partition, with the
+    marker its output carries."""
+    event = '{"type":"A","timestamp":"2024-03-09 11:00:00","value":1}'
+    far_future = event.replace("2024-03-09", "9999-12-31").encode()
+    events = [
+        *edge_cases(conf.events_topic, event, b"e"),
+        (conf.events_topic, "timestamp too far in the future", None, far_future),
+    ]
+    deposits = edge_cases(
+        conf.deposits_topic, deposit("acct-ok", "big", "1.00").decode(), b"acct-ok", "invalid: "
+    )
+    accounts = edge_cases(
+        conf.accounts_topic, '{"account":"acct-big","status":"open"}', b"acct-big", "invalid: "
+    )
+    rows = edge_cases(conf.sources_topic, '{"tariff":"big"}', b"2024-05-01", "invalid: ")
+    orders = edge_cases(conf.delivery_source, '{"id":"big","amount":1}', None, "invalid: ")
+    cases: list[tuple[Poison, Follower]] = []
+    for n, poison in enumerate(events):
+        pair = [
+            (None, f'{{"type":"{t}","timestamp":"2024-03-10 10:00:0{n}","value":{n}}}'.encode())
+            for t in "AB"
+        ]
+        marker = f'2024-03-10T10:00:0{n}Z|{{"timestamp"'.encode()  # a pair's key and value
+        cases.append((poison, (poison[0], pair, marker)))
+    for n, poison in enumerate(deposits):
+        valid = [(b"acct-ok", deposit("acct-ok", f"deposit-after-{n}", "1.5"))]
+        cases.append((poison, (poison[0], valid, f'"deposit-after-{n}"'.encode())))
+    for n, poison in enumerate(accounts):
+        name = f"acct-after-{n}"
+        opened = [(name.encode(), f'{{"account":"{name}","status":"open"}}'.encode())]
+        cases.append((poison, (poison[0], opened, f"a:{name}|".encode())))
+    for n, poison in enumerate(rows):
+        day = f"2024-04-0{n + 1}"
+        cases.append(
+            (poison, (poison[0], [(day.encode(), b'{"tariff": "after"}')], f"r:0:{day}|".encode()))
+        )
+    for n, poison in enumerate(orders):
+        order = [(None, f'{{"id":"order-after-{n}","amount":{n}}}'.encode())]
+        cases.append((poison, (poison[0], order, f'"order-after-{n}"'.encode())))
+    return cases
+
+
+class Watch:
+    """Committed outputs as they appear: when each marker was first seen, and how often."""
+
+    def __init__(
+        self, pipeline: Pipeline, topics: list[str], markers: list[bytes], api: OrderApi
+    ) -> None:
+        self.pipeline, self.topics, self.markers, self.api = pipeline, topics, markers, api
+        self.orders: dict[bytes, str] = {}  # marker -> body: out once the API applied it
+        self.seen: dict[bytes, float] = {}
+        self.count: Counter[bytes] = Counter()
+
+    async def run(self) -> None:
+        async with read_committed(self.pipeline.conf) as consumer:
+            await consumer._client.force_metadata_update()
+            partitions = [
+                TopicPartition(topic, p)
+                for topic in self.topics
+                for p in sorted(consumer.partitions_for_topic(topic) or ())
+            ]
+            consumer.assign(partitions)
+            await consumer.seek_to_beginning(*partitions)
+            while True:
+                batches = await consumer.getmany(timeout_ms=100)
+                now = time.monotonic()
+                for marker, body in self.orders.items():
+                    if self.api.applied[body] and marker not in self.seen:
+                        self.seen[marker], self.count[marker] = now, self.api.applied[body]
+                for messages in batches.values():
+                    for m in messages:
+                        found = (m.key or b"") + b"|" + (m.value or b"")
+                        for marker in self.markers:
+                            if marker in found:
+                                self.seen.setdefault(marker, now)
+                                self.count[marker] += 1
+
+
+async def test_records_at_the_edges_of_size_and_clock_stop_no_partition(
+    broker: str, tmp_path: Path, api: OrderApi
+) -> None:
+    """On every input: a 2 MB value, a 1 MB key, an invalid 900 KB value (and on events a
+    far-future event), each followed by a valid record on the same partition. Each
+    valid one comes out once, soon; each poison is dead-lettered once with its reason,
+    cut to fit where it must; the worker never restarts."""
+    pipeline = await everything(broker, tmp_path, api).create_topics()
+    conf = pipeline.conf
+    cases = edge_inputs(conf)
+    inputs = sorted({poison[0] for poison, _ in cases})
+    async with admin_client(conf) as admin:
+        topics = [
+            ConfigResource(ConfigResourceType.TOPIC, t, {"max.message.bytes": "4194304"})
+            for t in inputs
+        ]
+        await admin.alter_configs(topics)
+    outputs = [
+        conf.pairs_topic,
+        conf.validated_topic,
+        f"{conf.app_id}-accounts-changelog",
+        f"{conf.app_id}-enrichment-changelog",
+    ]
+    watch = Watch(pipeline, outputs, [marker for _, (_, _, marker) in cases], api)
+    watch.orders = {
+        marker: records[0][1].decode()
+        for _, (topic, records, marker) in cases
+        if topic == conf.delivery_source
+    }
+    worker = pipeline.worker().start()
+    producer = AIOKafkaProducer(
+        **conf.kafka.aiokafka(), enable_idempotence=True, max_request_size=2**22
+    )
+    await producer.start()
+    sent: dict[bytes, float] = {}
+    watching: asyncio.Future[None] | None = None
+    try:
+        await worker.wait_ready()  # the changelogs exist: watch them from their start
+        watching = asyncio.ensure_future(watch.run())
+        opened = b'{"account":"acct-ok","status":"open"}'
+        await producer.send_and_wait(conf.accounts_topic, opened, key=b"acct-ok")
+        await until(worker, "acct-ok open", lambda: has(pipeline, "accounts", "a:acct-ok"))
+        for (topic, _, key, value), (_, records, marker) in cases:
+            await producer.send_and_wait(topic, value, key=key, partition=EDGE_PARTITION)
+            for record_key, record in records:
+                await producer.send_and_wait(
+                    topic, record, key=record_key, partition=EDGE_PARTITION
+                )
+            sent[marker] = time.monotonic()
+
+        async def out() -> bool:
+            return all(marker in watch.seen for marker in sent)
+
+        await until(worker, "every valid record after a poison out", out, timeout=120)
+        deadline = time.monotonic() + 60
+        while behind := await lag(pipeline):
+            assert time.monotonic() < deadline, f"input partitions not committed: {behind}"
+            await asyncio.sleep(0.5)  # a commit interval
+    finally:
+        if watching is not None:
+            watching.cancel()
+        await producer.stop()
+        worker.stop()
+    assert worker.unplanned_restarts == 0
+
+    waited = {marker.decode(): round(watch.seen[marker] - sent[marker], 2) for marker in sent}
+    print(f"\nseconds from each valid record's send to its output: {waited}")
+    assert max(waited.values()) < STALL_SECONDS, waited
+    assert {m.decode(): n for m, n in watch.count.items() if n != 1} == {}  # once each
+
+    letters: list[tuple[bytes | None, dict[str, Any]]] = []
+    for topic in {
+        conf.dead_letter_topic,
+        conf.deposits_dead_letter_topic,
+        conf.sources_dead_letter_topic,
+        conf.delivery_dead_letter_topic,
+    }:
+        for partition in await read_partitions(conf, topic):
+            for key, value in partition:
+                assert value is not None and len(value) + len(key or b"") <= conf.max_record_bytes
+                letters.append((key, json.loads(value)))
+    positions = Counter(
+        (d["source_topic"], d["source_partition"], d["source_offset"]) for _, d in letters
+    )
+    assert [p for p, n in positions.items() if n > 1] == []
+    for (topic, reason, key, value), _ in cases:
+        found = [
+            (k, d)
+            for k, d in letters
+            if d["source_topic"] == topic and d["reason"].startswith(reason)
+        ]
+        assert len(found) == 1, (topic, reason, len(found))
+        ((dead_key, letter),) = found
+        if key is not None and len(key) > conf.max_key_bytes:
+            assert dead_key == f"sha256:{hashlib.sha256(key).hexdigest()}".encode()
+            assert letter["key_bytes"] == len(key)
+        if "value_prefix" in letter:
+            assert letter["value_bytes"] == len(value)
+            assert letter["value_sha256"] == hashlib.sha256(value).hexdigest()
+            assert value.startswith(letter["value_prefix"].encode())
+        else:
+            assert dead_lettered_bytes(letter) == value
+
+
+async def has(pipeline: Pipeline, name: str, key: str) -> bool:
+    return key in await table(pipeline, name)

@@ -10,6 +10,7 @@ import random
 from decimal import Decimal
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -17,9 +18,9 @@ from delivery.rules import identity, parse_order
 from pairing import deposits as rules
 from pairing.deposits import Account, Deposit, Totals
 from pairing.enrichment import Enricher, enriched_record, row_rejection
-from pairing.events import Rejection, parse_event
-from pairing.grammar import MAX_DIGITS, MAX_EXPONENT, OUT_OF_RANGE
-from pairing.records import Source, decode_keyed_event, encode_keyed_event
+from pairing.events import Rejection, parse_event, read_event
+from pairing.grammar import MAX_DIGITS, MAX_EXPONENT, OUT_OF_RANGE, Sizes, oversize
+from pairing.records import Source, dead_letter, decode_keyed_event, encode_keyed_event
 from tests.reference_model import AmbiguousStream
 from tests.unit.simulation import Simulation
 from tests.unit.test_event_time import CONFIG, READING, model, outputs
@@ -299,6 +300,73 @@ def test_every_order_is_taken_or_rejected_with_a_reason(raw: bytes | None) -> No
         return
     assert raw is not None
     identity(raw, parsed, "id").encode()  # the key it is routed by
+
+
+# --- sizes: at and past the limits, on every input -----------------------------------
+
+SIZES = Sizes()
+NOW_MS = 1_707_512_400_000  # 2024-02-09 21:00 UTC: the fuzzed events' time
+LIMIT_EDGES = [0, 1, SIZES.key_bytes, SIZES.key_bytes + 1, SIZES.value_bytes - 1]
+SIZE_EDGES = [*LIMIT_EDGES, SIZES.value_bytes, SIZES.value_bytes + 1, 900_000, 2_000_000]
+
+
+def sizes_up_to_past_the_limits() -> st.SearchStrategy[int]:
+    return st.sampled_from(SIZE_EDGES) | st.integers(0, 2_100_000)
+
+
+@st.composite
+def sized_records(draw: Any, fields: dict[str, list[str]]) -> tuple[bytes | None, bytes]:
+    """A key and a near-valid value, each drawn at or past the limits: the value padded
+    with a field (or a run of quotes, which a dead letter must escape) to its size."""
+    key_size = draw(st.none() | sizes_up_to_past_the_limits())
+    key = None if key_size is None else b"k" * key_size
+    record = draw(near_valid(fields))
+    size = draw(sizes_up_to_past_the_limits())
+    if draw(st.booleans()) and record.startswith(b"{") and len(record) + 10 < size:
+        padding = size - len(record) - 10
+        value = (
+            record[:-1] + (b"," if len(record) > 2 else b"") + b'"pad":"' + b"x" * padding + b'"}'
+        )
+    else:
+        value = b'"' * size
+    return key, value
+
+
+def read_order(key: bytes | None, value: bytes | None) -> object:
+    return parse_order(value)
+
+
+INPUTS = {
+    "events": (EVENT, lambda k, v: read_event(k, v, NOW_MS, SIZES, 60_000_000)),
+    "deposits": (DEPOSIT, lambda k, v: rules.parse_deposit(v)),
+    "accounts": (ACCOUNT, rules.parse_account_change),
+    "sources": (ROW, row_rejection),
+    "orders": (ORDER, read_order),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INPUTS))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_input_refuses_what_is_past_its_limits_and_dead_letters_it_whole_or_cut(
+    name: str, data: Any
+) -> None:
+    """What each agent does first (agents/*.py): the sizes, then the input's own reader.
+    A record past a limit is refused naming it; one within is read as usual; the dead
+    letter of either always fits in a record a worker can write."""
+    fields, read = INPUTS[name]
+    key, value = data.draw(sized_records(fields))
+    too_large = oversize(key, value, SIZES)
+    past = (key is not None and len(key) > SIZES.key_bytes) or len(value) > SIZES.value_bytes
+    assert (too_large is not None) == past
+    if too_large is not None:
+        assert too_large.reason.startswith(("oversize key: ", "oversize record: "))
+        reason = too_large.reason
+    else:
+        result = read(key, value)
+        reason = result.reason if isinstance(result, Rejection) else str(result or "")
+    dead_key, dead_value = dead_letter(reason[:500], key, value, Source(name, 0, 0), SIZES)
+    assert len(dead_value) + len(dead_key or b"") <= SIZES.record_bytes
 
 
 # --- exactness ----------------------------------------------------------------------
