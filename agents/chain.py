@@ -38,7 +38,7 @@ from pairing.deposits import (
     record,
     validate,
 )
-from pairing.grammar import oversize
+from pairing.grammar import oversize_invalid
 from pairing.records import Source
 from pairing.routing import partition_for
 from tables import TableWriter, bytes_table
@@ -74,8 +74,7 @@ def route(parse: Callable[[Any], Any], target: str, counter: str) -> Callable[[A
         async for event in events_once(app, stream):
             message = event.message
             async with exactly_once(app, event, dead_letters=DLQ) as task:
-                too_large = oversize(message.key, message.value, conf.sizes)
-                parsed = f"invalid: {too_large.reason}" if too_large else parse(message)
+                parsed = oversize_invalid(message.key, message.value, conf.sizes) or parse(message)
                 if isinstance(parsed, str):
                     dead_letter(task.outbox, message, parsed)
                     continue

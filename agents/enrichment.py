@@ -35,7 +35,7 @@ from pairing.enrichment import (
     enriched_record,
     row_rejection,
 )
-from pairing.grammar import Rejection, oversize, parse_timestamp
+from pairing.grammar import Rejection, oversize_invalid, parse_timestamp
 from pairing.records import TICK, Source
 from tables import TableWriter, bytes_table
 
@@ -58,11 +58,8 @@ async def broadcast_rows(stream: Any) -> None:
     async for event in events_once(app, stream):
         message = event.message
         async with exactly_once(app, event, dead_letters=DLQ) as task:
-            too_large = oversize(message.key, message.value, conf.sizes)
-            reason = (
-                f"invalid: {too_large.reason}"
-                if too_large
-                else row_rejection(message.key, message.value)
+            reason = oversize_invalid(message.key, message.value, conf.sizes) or row_rejection(
+                message.key, message.value
             )
             if reason is not None:
                 where = Source(message.topic, message.partition, message.offset)

@@ -158,10 +158,11 @@ def ingest_run(task: PartitionTask, records: RunRecords) -> None:
     topic, partition = task.tp
     for record in records.each():
         raw: bytes | None = record.value
-        stamped: int | None = record.timestamp
-        record_source = Source(topic, partition, record.offset, stamped)
-        record_time_ms = stamped if stamped is not None and stamped >= 0 else now_ms
-        parsed = read_event(record.key, raw, record_time_ms, sizes, max_ahead_us)
+        timestamp_ms: int | None = record.timestamp
+        record_source = Source(topic, partition, record.offset, timestamp_ms)
+        if timestamp_ms is None or timestamp_ms < 0:
+            timestamp_ms = now_ms  # a record without one: the guard reads the worker's clock
+        parsed = read_event(record.key, raw, timestamp_ms, sizes, max_ahead_us)
         if isinstance(parsed, Rejection):
             rejected += 1
             outbox.dead_letter(dlq_topic, parsed.reason, record.key, raw, record_source)

@@ -45,7 +45,7 @@ from delivery.rules import (
     parse_order,
 )
 from delivery.store import DeliveryStore, stored_entries
-from pairing.grammar import oversize
+from pairing.grammar import oversize_invalid
 from pairing.records import Source
 from pairing.routing import partition_for
 
@@ -87,8 +87,7 @@ async def route(stream: Any) -> None:
         value: bytes | None = message.value
         async with exactly_once(app, event, dead_letters=DLQ) as task:
             outbox = task.outbox
-            too_large = oversize(message.key, value, conf.sizes)
-            parsed = f"invalid: {too_large.reason}" if too_large else parse_order(value)
+            parsed = oversize_invalid(message.key, value, conf.sizes) or parse_order(value)
             if isinstance(parsed, str):
                 outbox.count("invalid")
                 where = Source(message.topic, message.partition, message.offset)

@@ -103,10 +103,14 @@ def read_event(
     ahead_us = event.time_us - record_time_ms * 1000
     if ahead_us > max_ahead_us:
         return Rejection(
-            f"timestamp too far in the future: {event.key} is {ahead_us // 1_000_000} s after"
-            f" its record's timestamp, more than {max_ahead_us // 1_000_000} s"
+            f"timestamp too far in the future: {event.key} is {_seconds(ahead_us)} s after"
+            f" its record's timestamp, more than {_seconds(max_ahead_us)} s"
         )
     return event
+
+
+def _seconds(us: int) -> str:
+    return f"{us / 1_000_000:,.3f}".rstrip("0").rstrip(".")
 
 
 def canonical_number(value: Number) -> str:

@@ -73,6 +73,12 @@ def oversize(key: bytes | None, value: bytes | None, sizes: Sizes) -> Rejection 
     return None
 
 
+def oversize_invalid(key: bytes | None, value: bytes | None, sizes: Sizes) -> str | None:
+    """`oversize`'s reason as the chain, enrichment and delivery spell their reasons."""
+    refused = oversize(key, value, sizes)
+    return None if refused is None else f"invalid: {refused.reason}"
+
+
 # --- JSON documents ---------------------------------------------------------------
 
 

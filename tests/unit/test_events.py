@@ -14,9 +14,10 @@ from pairing.events import (
     parse_event,
     parse_number,
     parse_timestamp,
+    read_event,
 )
+from pairing.grammar import Sizes, fixed_point, number, oversize, oversize_invalid, parse_day
 from pairing.grammar import _parse_timestamp as general_parse_timestamp
-from pairing.grammar import fixed_point
 
 MAX = 4096
 
@@ -231,3 +232,59 @@ def test_a_fixed_point_holds_the_value_exactly_or_not_at_all(
         assert found == value and found is not None and found.as_tuple().exponent == -18
     else:
         assert found is None
+
+
+def test_no_pattern_takes_a_trailing_newline() -> None:
+    """Every pattern of the grammar ends its input (`\\Z`, or fullmatch): `$` would also
+    match before a final newline."""
+    for text in ("2024-03-01 10:01:40", "2024-03-01T10:01:40.5Z", "2024-03-01T10:01:40+01:00"):
+        assert not isinstance(parse_timestamp(text), Rejection)
+        for tail in ("\n", "\r\n", " "):
+            assert isinstance(parse_timestamp(text + tail), Rejection), repr(text + tail)
+    assert not isinstance(parse_day(b"2024-03-01"), Rejection)
+    assert isinstance(parse_day(b"2024-03-01\n"), Rejection)
+    assert not isinstance(number("12.5", "amount", text_too=True), Rejection)
+    assert isinstance(number("12.5\n", "amount", text_too=True), Rejection)
+
+
+def test_keys_have_four_digit_years() -> None:
+    assert parse_timestamp("0001-01-01 00:00:00") == ("0001-01-01T00:00:00Z", -62135596800000000)
+    assert parse_timestamp("0999-03-01T10:00:00.5Z")[0] == "0999-03-01T10:00:00.500000Z"  # type: ignore[index]
+    assert format_time(datetime(1, 1, 1, tzinfo=UTC)) == "0001-01-01T00:00:00Z"
+
+
+def test_a_utf16_document_is_refused_as_not_utf8() -> None:
+    for encoding in ("utf-16-le", "utf-16-be", "utf-32-le", "utf-16"):
+        raw = '{"type":"A","timestamp":"2024-02-09 21:00:00","value":1}'.encode(encoding)
+        result = parse_event(raw, 65536)
+        assert isinstance(result, Rejection) and result.reason.startswith(
+            "malformed JSON: not UTF-8"
+        ), encoding
+
+
+def test_sizes_are_read_before_anything_else() -> None:
+    valid = b'{"type":"A","timestamp":"2024-02-09 21:00:00","value":1}'  # 56 bytes
+    sizes = Sizes(key_bytes=4, value_bytes=len(valid))
+    assert oversize(b"1234", valid, sizes) is None
+    assert oversize(b"12345", valid, sizes) == Rejection("oversize key: 5 bytes > 4")
+    assert oversize(None, valid + b" ", sizes) == Rejection("oversize record: 57 bytes > 56")
+    assert oversize_invalid(b"12345", None, sizes) == "invalid: oversize key: 5 bytes > 4"
+    at = 1_707_512_400_000  # the record's timestamp: 2024-02-09 21:00:00
+    assert isinstance(read_event(b"12345", valid, at, sizes, None), Rejection)
+    assert isinstance(read_event(b"1234", valid, at, sizes, None), Event)
+
+
+def test_the_clock_guard_measures_against_the_record_s_timestamp() -> None:
+    at = 1_707_512_400_000  # 2024-02-09 21:00:00
+    event = b'{"type":"A","timestamp":"2024-02-09 21:01:00","value":1}'
+    sizes = Sizes()
+    assert isinstance(read_event(None, event, at, sizes, 60_000_000), Event)  # 60 s: in
+    late_record = read_event(None, event, at - 1, sizes, 60_000_000)
+    assert isinstance(late_record, Rejection)
+    assert late_record.reason == (
+        "timestamp too far in the future: 2024-02-09T21:01:00Z is 60.001 s after its record's"
+        " timestamp, more than 60 s"
+    )
+    assert isinstance(read_event(None, event, at - 10**9, sizes, None), Event)  # no guard
+    past = b'{"type":"A","timestamp":"2001-01-01 00:00:00","value":1}'
+    assert isinstance(read_event(None, past, at, sizes, 60_000_000), Event)  # replays
