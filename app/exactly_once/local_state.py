@@ -146,7 +146,7 @@ class StepWrites:
         return local.get(key)
 
     def stage(self, local: LocalPartition, key: bytes, value: Value) -> None:
-        check_size(local.changelog, key, value, self.sizes)  # before it is in the step
+        check_size(local.changelog, key, value, self.sizes.record_bytes)  # before the step has it
         self.touched = True
         staged = self._staged.get(local)
         if staged is None:

@@ -40,27 +40,30 @@ class RecordTooLarge(ValueError):
     failed transaction."""
 
 
-def check_size(topic: str, key: bytes | None, value: bytes | None, sizes: Sizes) -> None:
+def check_size(topic: str, key: bytes | None, value: bytes | None, limit: int) -> None:
     size = (0 if key is None else len(key)) + (0 if value is None else len(value))
-    if size > sizes.record_bytes:
-        raise RecordTooLarge(f"a record for {topic} of {size} bytes > {sizes.record_bytes}")
+    if size > limit:
+        raise RecordTooLarge(f"a record for {topic} of {size} bytes > {limit}")
 
 
 class Outbox:
     """What the event being processed sends, and what it counted as (counted only
     once it is acked)."""
 
-    __slots__ = ("counts", "records", "sizes")
+    __slots__ = ("counts", "record_bytes", "records", "sizes")
 
     def __init__(self, sizes: Sizes) -> None:
         self.sizes = sizes
+        self.record_bytes = sizes.record_bytes
         self.records: list[Record] = []
         self.counts: Counter[str] = Counter()
 
     def send(
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None
     ) -> None:
-        check_size(topic, key, value, self.sizes)
+        # `check_size` only past the cheap test: a call per record was 0.2 us, timeit.
+        if len(value or b"") + len(key or b"") > self.record_bytes:
+            check_size(topic, key, value, self.record_bytes)
         self.records.append((topic, key, value, partition))
 
     def send_all(self, records: list[Record]) -> None:

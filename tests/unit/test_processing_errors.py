@@ -217,3 +217,28 @@ async def test_a_run_that_raises_after_its_records_crashes_the_step(handler: Han
     assert handler.acked == [] and handler.sent == []
     task = app.partition_tasks.get(DEPOSITS)
     assert task is not None and task.loaded(Seen) is None and task.outbox.records == []
+
+
+@pytest.mark.parametrize("what", ["output", "table write"])
+async def test_a_record_too_large_to_write_is_a_processing_error_of_its_input(
+    handler: Handler, what: str
+) -> None:
+    """An output or a table write past PAIRSTREAM_MAX_RECORD_BYTES is refused in the step,
+    before any send: the input that made it is dead-lettered, the next goes on."""
+    huge = b"x" * (settings().max_record_bytes + 1)
+    await handler.run(0)
+    async with step.exactly_once(app, handler.event(1, b"{}"), dead_letters=DLQ) as task:
+        if what == "output":
+            task.outbox.send("deposits.validated", b"k", huge, None)
+        else:
+            task.writes.stage(handler.local, b"k", huge)
+    await handler.run(2)
+    assert handler.acked == [0, 1, 2]
+    _, refused, _ = handler.sent
+    ((letter),) = [dead_letter(record) for record in refused]
+    topic = "deposits.validated" if what == "output" else "state"
+    size = settings().max_record_bytes + 2
+    assert letter["reason"] == (
+        f"processing error: RecordTooLarge: a record for {topic} of {size} bytes"
+        f" > {settings().max_record_bytes}"
+    )
