@@ -32,8 +32,10 @@ class PairstreamWorker(faust.Worker):
 
     async def on_first_start(self) -> None:
         gc.set_threshold(*settings().gc_thresholds)
-        await check_access_or_exit(self.app)
+        # First faust's: it sets up logging (and nothing that joins or writes), so that a
+        # start that fails says why in the log's own format.
         await super().on_first_start()
+        await check_access_or_exit(self.app)
 
     async def on_startup_finished(self) -> None:
         await super().on_startup_finished()
@@ -68,8 +70,15 @@ async def check_access_or_exit(app: AppT) -> None:
         exit_for_config(exc)
 
 
+# The worker's log format (mode's, as faust sets it up): for a line logged before that.
+LOG_FORMAT = "[%(asctime)s] [%(process)s] [%(levelname)s] %(message)s"
+
+
 def exit_for_config(exc: Exception) -> NoReturn:
-    """One line that says what is wrong, and EX_CONFIG: nothing was started yet."""
+    """One line that says what is wrong, at CRITICAL in the worker's log format, and
+    EX_CONFIG: nothing was started yet."""
+    if not logging.getLogger().handlers:  # the settings were refused before faust's set-up
+        logging.basicConfig(format=LOG_FORMAT)
     log.critical("cannot start: %s", exc)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()

@@ -26,6 +26,7 @@ from aiokafka.errors import (
     KafkaError,
     SaslAuthenticationFailed,
     TransactionalIdAuthorizationFailed,
+    UnsupportedSaslMechanismError,
 )
 from aiokafka.protocol.metadata import MetadataRequest
 
@@ -165,6 +166,16 @@ async def check_connection(kafka: KafkaConnection, timeout: float) -> None:
                     connection.close()
             except ssl.SSLError as exc:
                 raise KafkaAccessError(_tls_advice(host, port, exc)) from None
+            except UnsupportedSaslMechanismError as exc:
+                # The broker's answer is final: no retry mends it. aiokafka's message,
+                # when it has one, lists the mechanisms the broker enables.
+                said = [f" ({arg})" for arg in exc.args[:1] if isinstance(arg, str)]
+                raise KafkaAccessError(
+                    f"the broker at {host}:{port} does not enable SASL mechanism"
+                    f" {kafka.sasl_mechanism}{''.join(said)}: set"
+                    " PAIRSTREAM_KAFKA_SASL_MECHANISM to one its listener enables"
+                    " (the broker's sasl.enabled.mechanisms)"
+                ) from None
             except SaslAuthenticationFailed as exc:
                 raise KafkaAccessError(
                     f"the broker at {host}:{port} refused user {kafka.username!r}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import time
@@ -73,6 +74,7 @@ def settings_file(tmp: Path, name: str, text: str) -> str:
         "hostname mismatch",
         "TLS without SASL to a SASL_SSL port",
         "SASL without a username",
+        "a SASL mechanism the broker does not enable",
     ],
 )
 async def test_a_worker_that_cannot_connect_says_why_and_exits(
@@ -104,11 +106,22 @@ async def test_a_worker_that_cannot_connect_says_why_and_exits(
             {"PAIRSTREAM_KAFKA_USERNAME": ""},
             "security protocol SASL_SSL needs PAIRSTREAM_KAFKA_USERNAME",
         ),
+        "a SASL mechanism the broker does not enable": (
+            {"PAIRSTREAM_KAFKA_SASL_MECHANISM": "SCRAM-SHA-256"},
+            f"the broker at 127.0.0.1:{port} does not enable SASL mechanism SCRAM-SHA-256",
+        ),
     }[fault]
     pipeline.worker_env.update(wrong)
+    started = time.monotonic()
     code, log = await exits(pipeline)
+    print(f"\n{fault}: exited {code} after {time.monotonic() - started:.1f} s")
     assert code == EX_CONFIG, log[-3000:]
-    assert expected in reason(log)
+    line = reason(log)
+    assert expected in line
+    # In the worker's log format, at CRITICAL, like every other line of its log.
+    assert re.match(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\] \[\d+\] \[CRITICAL\] ", line), line
+    if "mechanism" in fault:
+        assert "PAIRSTREAM_KAFKA_SASL_MECHANISM" in line
     await nothing_written(pipeline)
 
 
