@@ -94,8 +94,9 @@ def read_event(
     after its record's own timestamp is refused, so that it never moves the watermark.
     The record's timestamp, not a worker's clock: the same record gets the same answer
     on every worker and every replay."""
-    refused = None if key is None else oversize(key, None, sizes)
-    if refused is not None:
+    if key is not None and len(key) > sizes.key_bytes:  # a call only when too long
+        refused = oversize(key, None, sizes)
+        assert refused is not None
         return refused
     event = parse_event(raw, sizes.value_bytes)
     if max_ahead_us is None or isinstance(event, Rejection):
