@@ -10,15 +10,16 @@ ENV PATH=/opt/venv/bin:$PATH \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 # The data dir is the volume; the installed package's own folder (app/settings.py's ROOT)
 # belongs to root and is never written at run time.
-RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/pairstream pairstream \
+# uid and gid 10001 both (useradd --user-group would take a system gid, 999).
+RUN groupadd --system --gid 10001 pairstream \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/pairstream pairstream \
  && install -d -o pairstream -g pairstream /var/lib/pairstream \
  && python3.11 -m venv /opt/venv
-# Dependencies from pyproject.toml alone, so an edit of the source reuses this layer.
-# The worker's only: the Spark jobs' (the `analytics` extra) go into the spark target.
-COPY pyproject.toml deploy/requirements.py /tmp/deps/
-RUN python /tmp/deps/requirements.py /tmp/deps/pyproject.toml > /tmp/deps/requirements.txt \
- && pip install -r /tmp/deps/requirements.txt \
- && rm -rf /tmp/deps
+# Dependencies from the lock alone (requirements/, `make lock`), every file checked against
+# its hash, so an edit of the source reuses this layer. The worker's only: the Spark jobs'
+# (the `analytics` extra) go into the spark target.
+COPY requirements/worker.txt /tmp/deps/
+RUN pip install --require-hashes -r /tmp/deps/worker.txt && rm -rf /tmp/deps
 COPY pyproject.toml README.md /tmp/src/
 COPY pairing /tmp/src/pairing
 COPY app /tmp/src/app
@@ -44,9 +45,8 @@ FROM runtime AS spark
 USER root
 # For Maven's downloads only, e.g. -Djavax.net.ssl.trustStore=... behind a TLS-inspecting proxy.
 ARG MAVEN_OPTS=""
-COPY pyproject.toml deploy/requirements.py /tmp/deps/
-RUN python /tmp/deps/requirements.py /tmp/deps/pyproject.toml analytics > /tmp/deps/analytics.txt \
- && pip install -r /tmp/deps/analytics.txt \
+COPY requirements/spark.txt /tmp/deps/
+RUN pip install --require-hashes -r /tmp/deps/spark.txt \
  && rm -rf /tmp/deps \
  && apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless maven \

@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-secure demo-delivery demo-chain delivery chain bench test test-fast fault-test fault-matrix fault-matrix-long event-time setup browser podman image broker stop clean generate lint
+.PHONY: lock demo demo-secure demo-delivery demo-chain delivery chain bench test test-fast fault-test fault-matrix fault-matrix-long event-time setup browser podman image broker stop clean generate lint
 
 demo: setup            ## run the main job: broker, worker, generated stream, summary
 	$(PY) -m tools.demo
@@ -56,15 +56,22 @@ fault-matrix-long: setup  ## the long matrix RUNS times in a row, seeds SEED+1..
 	    $(PY) -m pytest -m matrix -s tests/integration/test_fault_matrix.py || exit 1; \
 	done; echo "== long matrix: $(RUNS) runs in a row passed"
 
-setup: $(STAMP)        ## create .venv, install pinned dependencies, resolve Kafka and Spark jars
+setup: $(STAMP)        ## create .venv, install the locked dependencies (requirements/all.txt), resolve Kafka and Spark jars
 	$(PY) -m tools.broker resolve
 	$(PY) -m analytics jars
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements/all.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,analytics]'
+	$(PY) -m pip install -q --require-hashes -r requirements/all.txt
+	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
+
+LOCK := $(VENV)/bin/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 --no-header --quiet
+lock: setup            ## resolve requirements/*.txt again from pyproject.toml (after changing a dependency; UPGRADE=1: newest allowed)
+	$(LOCK) --extra analytics --extra dev $(if $(UPGRADE),--upgrade) -o requirements/all.txt
+	$(LOCK) -c requirements/all.txt -o requirements/worker.txt
+	$(LOCK) --extra analytics -c requirements/all.txt -o requirements/spark.txt
 
 browser:               ## headless Chromium for the dashboard test (Debian's package)
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] \

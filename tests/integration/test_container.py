@@ -77,6 +77,9 @@ class ContainerWorker(Worker):
             "--network", "host", *container.ULIMITS, *env,
             # :U hands the host folder to the image's user, as a volume of its own would be
             "--volume", f"{self.data_dir}:{DATA_DIR}:U",
+            # As deploy/workers.yaml runs it: a read-only root, /tmp its own, no capability.
+            "--read-only", "--read-only-tmpfs", "--cap-drop", "ALL",
+            "--security-opt", "no-new-privileges",
             # No timer (no systemd here): the test runs the image's health check itself.
             "--health-interval", "disable",
             self.pipeline.image,
@@ -116,6 +119,7 @@ def check_containers(at: float) -> Fault:
             await worker.wait_ready()
             await worker.wait_healthy()
             assert worker.exec("id", "-u") == "10001"
+            assert worker.exec("id", "-g") == "10001"
             assert worker.exec("id", "-un") == "pairstream"
 
     return Fault(at, f"containers healthy, not root @{at:.0%}", act)
