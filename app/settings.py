@@ -15,6 +15,7 @@ from pairing.grammar import Sizes
 from pairing.key_state import MICROS, PairingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
+SIZES = Sizes()  # the defaults: pairing/grammar.py says why
 
 
 class Settings(BaseSettings):
@@ -86,9 +87,9 @@ class Settings(BaseSettings):
         " watermark back",
     )
     # Sizes and the clock guard (docs/grammar.md, docs/event-time.md; every input)
-    max_event_bytes: int = Field(65536, gt=0, description="largest value of an input record")
-    max_key_bytes: int = Field(1024, gt=0, description="largest key of an input record")
-    max_record_bytes: int = Field(960_000, gt=0, description="largest record a worker writes")
+    max_event_bytes: int = Field(SIZES.value_bytes, gt=0, description="largest input value")
+    max_key_bytes: int = Field(SIZES.key_bytes, gt=0, description="largest input key")
+    max_record_bytes: int = Field(SIZES.record_bytes, gt=0, description="largest record written")
     max_ahead_seconds: float = Field(60.0, ge=0, description="the clock guard; 0: none")
     tick_interval_seconds: float = Field(
         10.0, gt=0, description="how often quiet partitions check max wait and idleness"

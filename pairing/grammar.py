@@ -59,9 +59,9 @@ class Sizes:
     writes (outputs, re-keyed records, changelogs), key and value together, which must
     stay under its producer's request limit and the topics' max.message.bytes."""
 
-    key_bytes: int = 1024
-    value_bytes: int = 65536
-    record_bytes: int = 960_000
+    key_bytes: int = 1024  # an identity's 256 characters, 4 bytes each at most in UTF-8
+    value_bytes: int = 65536  # an event is a few hundred bytes; a copy escaped fits a record
+    record_bytes: int = 960_000  # faust's producer request limit is 1,000,000: room to frame
 
 
 def oversize(key: bytes | None, value: bytes | None, sizes: Sizes) -> Rejection | None:
