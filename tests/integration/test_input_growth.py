@@ -17,7 +17,9 @@ from aiokafka.admin import NewPartitions, NewTopic
 from app.kafka.admin import admin_client
 from app.kafka.connection import KafkaConnection
 from app.kafka.partitioner import default_partition
-from pairing.events import Event, parse_event
+from app.settings import Settings
+from pairing.events import Event
+from pairing.grammar import Sizes
 from pairing.records import HANDED_WATERMARK_KEY, WATERMARK_KEY, decode_watermark, loads
 from tests.integration.harness import (
     Pipeline,
@@ -29,6 +31,7 @@ from tests.integration.harness import (
     wait_for_outputs,
 )
 from tests.integration.test_event_time import DRAINS, LIVE_RATE, RECORDS, stream
+from tests.reference_model import Reading
 from tools import broker as local_broker
 from tools.generate import Record
 from tools.read_outputs import OutputReader
@@ -37,6 +40,9 @@ pytestmark = pytest.mark.broker
 
 BEFORE, AFTER = 4, 8
 MAX_BYTES = 1 << 20  # above any generated record
+# Events as ingest reads them, the clock guard included: the generator's far-future event
+# is refused, so it neither moves a partition's progress nor stands as the largest time.
+READ = Reading(Sizes(value_bytes=MAX_BYTES), max_ahead_us=int(Settings().max_ahead_seconds * 1e6))
 # The stream pauses while the workers learn of the growth and the group rebalances
 # twice: max wait, timed on the keyed records, must not close keys meanwhile.
 SETTINGS = {**DRAINS, "PAIRSTREAM_MAX_WAIT_SECONDS": "60"}
@@ -101,7 +107,7 @@ def joining_at_the_watermark(
     progress: dict[int, int] = {}
     kept: list[tuple[Record, int]] = []
     for (key, value), partition in records:
-        event = parse_event(value, MAX_BYTES)
+        event = READ.read(value)
         if partition in new and isinstance(event, Event):
             stamp = max(progress.get(partition, event.time_us), event.time_us)
             on_time = stamp - event.time_us <= expiry_us
@@ -130,7 +136,7 @@ async def produce_placed(
 
 
 def largest_time_us(records: list[Record]) -> int:
-    times = [e.time_us for _, v in records if isinstance(e := parse_event(v, MAX_BYTES), Event)]
+    times = [e.time_us for _, v in records if isinstance(e := READ.read(v), Event)]
     return max(times)
 
 
