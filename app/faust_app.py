@@ -36,7 +36,8 @@ def create_app() -> PairstreamApp:
         value_serializer="raw",
         datadir=str(conf.data_dir),
         topic_partitions=conf.partitions,
-        topic_replication_factor=conf.replication_factor,
+        # Unset: the cluster's default, read at the start (app/worker.py) before any topic is made.
+        topic_replication_factor=conf.replication_factor or 1,
         broker_commit_interval=conf.commit_interval_seconds,
         producer_linger=conf.producer_linger_seconds,
         producer_max_batch_size=conf.producer_batch_bytes,

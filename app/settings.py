@@ -45,7 +45,8 @@ class Settings(BaseSettings):
     partitions: int = Field(
         8, ge=1, description="partitions of the keyed topic and of the state changelogs"
     )
-    replication_factor: int = Field(1, ge=1)
+    replication_factor: int | None = Field(None, ge=1, description="replicas of every topic"
+        " a worker creates; unset: the cluster's default.replication.factor")  # fmt: skip
 
     # Kafka connection: every client of the project takes it from app/kafka/connection.py
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
@@ -148,13 +149,12 @@ class Settings(BaseSettings):
         description="how often a worker refreshes cluster metadata: a subscribed topic it did"
         " not see at its assignment (just created) is picked up within this time",
     )
-    topics_ready_timeout_seconds: float = Field(
-        60.0,
-        gt=0,
-        description="how long a starting worker waits, before it joins the group, for its"
-        " tables' changelog topics to show in the broker's metadata with a leader for every"
-        " partition; an assignment made without them would start the tables empty",
-    )
+    topics_ready_timeout_seconds: float = Field(60.0, gt=0, description="how long a starting"
+        " worker waits, before it joins the group, for its tables' changelog topics to show in"
+        " the broker's metadata with a leader for every partition; an assignment made without"
+        " them would start the tables empty")  # fmt: skip
+    stuck_seconds: float = Field(120.0, gt=0, description="/live fails for a partition with"
+        " committed records to read and none processed for this long (docs/deploy.md)")  # fmt: skip
     producer_linger_seconds: float = Field(
         0.005,
         ge=0,

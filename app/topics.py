@@ -6,7 +6,6 @@ from __future__ import annotations
 import faust
 
 from app.faust_app import app
-from app.kafka.admin import ensure_topics
 from app.settings import settings
 
 conf = settings()
@@ -54,9 +53,3 @@ unpaired = bytes_topic(conf.unpaired_topic)
 dead_letters = bytes_topic(conf.dead_letter_topic)
 
 SINKS = (pairs, unpaired, dead_letters)
-
-
-@app.task
-async def declare_topics() -> None:
-    # The broker does not auto-create topics; sinks must exist before the first send.
-    await ensure_topics(conf)

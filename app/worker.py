@@ -13,8 +13,14 @@ import faust
 from faust.types import AppT
 
 from app.kafka.access import EX_CONFIG, KafkaAccessError, check_access, worker_permissions
-from app.kafka.admin import KeyedPartitionsMismatch, check_keyed_partitions
+from app.kafka.admin import (
+    KeyedPartitionsMismatch,
+    admin_client,
+    check_keyed_partitions,
+    ensure_topics,
+)
 from app.kafka.connection import KafkaConfigError
+from app.kafka.replication import ClusterConfigUnreadable, replication_factor
 from app.settings import settings
 
 log = logging.getLogger(__name__)
@@ -36,6 +42,9 @@ class PairstreamWorker(faust.Worker):
         # start that fails says why in the log's own format.
         await super().on_first_start()
         await check_access_or_exit(self.app)
+        # The broker does not auto-create topics: the outputs exist before the first send,
+        # which an app task (started once the worker is ready) raced with.
+        await ensure_topics(settings())
 
     async def on_startup_finished(self) -> None:
         await super().on_startup_finished()
@@ -53,8 +62,9 @@ class PairstreamWorker(faust.Worker):
 
 
 async def check_access_or_exit(app: AppT) -> None:
-    """Before anything joins or writes: a worker that cannot connect, lacks an ACL, or
-    finds the keyed topic with other than PAIRSTREAM_PARTITIONS partitions, exits with
+    """Before anything joins or writes: a worker that cannot connect, lacks an ACL,
+    finds the keyed topic with other than PAIRSTREAM_PARTITIONS partitions, or cannot
+    learn the cluster's replication factor it is to create topics with, exits with
     EX_CONFIG and one line that says what to do, rather than retrying for
     ever (a supervisor can be told not to restart on that code)."""
     conf = settings()
@@ -66,7 +76,15 @@ async def check_access_or_exit(app: AppT) -> None:
         keyed = conf.keyed_topic
         tasks: Any = cast(Any, app).partition_tasks
         await check_keyed_partitions(conf, [keyed, *sorted(tasks.changelogs.get(keyed, ()))])
-    except (KafkaAccessError, KafkaConfigError, KeyedPartitionsMismatch) as exc:
+        async with admin_client(conf) as admin:
+            # What faust creates the changelogs and internal topics with (app/kafka/replication.py).
+            app.conf.topic_replication_factor = await replication_factor(conf, admin)
+    except (
+        KafkaAccessError,
+        KafkaConfigError,
+        KeyedPartitionsMismatch,
+        ClusterConfigUnreadable,
+    ) as exc:
         exit_for_config(exc)
 
 

@@ -14,7 +14,7 @@ from aiohttp.typedefs import Handler, Middleware
 from faust.types import AppT
 from pydantic import SecretStr
 
-ALWAYS_OPEN = frozenset({"/health"})  # no data: supervisors probe it without a secret
+ALWAYS_OPEN = frozenset({"/health", "/ready", "/live"})  # no data (web/probes.py): supervisors ask
 OPEN_WITH_METRICS = frozenset({"/metrics", "/"})  # with PAIRSTREAM_WEB_OPEN_METRICS
 # What the dashboard and the 401 tell a client; never the token.
 MISSING = "this page needs the header Authorization: Bearer <PAIRSTREAM_WEB_TOKEN>"

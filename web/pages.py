@@ -1,6 +1,6 @@
-"""The worker's HTTP endpoints, on faust's web server: /health, /stats, /stats/cluster,
-/pending/{timestamp}, /metrics and the dashboard at /. With a web token, all but
-/health need it (web/auth.py); a worker asking another sends it.
+"""The worker's HTTP endpoints, on faust's web server: /stats, /stats/cluster,
+/pending/{timestamp}, /metrics, the dashboard at /, and the probes (web/probes.py). With
+a web token, all but the probes need it (web/auth.py); a worker asking another sends it.
 
 Every error is JSON {"error": message, ...} with its status code.
 """
@@ -22,6 +22,7 @@ from app.settings import settings
 from pairing.events import Rejection, parse_timestamp
 from pairing.routing import partition_for
 from tables.pairing_state import stored_state, table
+from web import probes
 from web.auth import bearer
 from web.metrics import setup_metrics
 from web.status import worker_status
@@ -33,18 +34,12 @@ FORWARDED = "X-Pairstream-Forwarded"  # a forwarded request is never forwarded a
 PEER_TIMEOUT = aiohttp.ClientTimeout(total=5)
 
 setup_metrics(app, conf.faust_sensor)
+probes.install(app, conf)
 
 
 @app.page("/")
 async def dashboard(self: View, request: Request) -> Response:
     return self.html(DASHBOARD)
-
-
-@app.page("/health")
-async def health(self: View, request: Request) -> Response:
-    """Liveness for supervisors and container health checks: the web server answers.
-    No data, so never behind the token."""
-    return self.json({"ok": True})
 
 
 @app.page("/stats")

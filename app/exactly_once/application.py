@@ -18,7 +18,8 @@ from app.exactly_once.flow_queue import RebalanceSafeQueue, ResumeKeepsFetchedFl
 from app.exactly_once.input_partitions import PROGRESS_TABLE, InputSize, size_at_start
 from app.exactly_once.partition_tasks import PartitionTasks
 from app.exactly_once.transport import ExactlyOnceTransport
-from app.kafka.admin import wait_until_ready
+from app.kafka.admin import admin_client, wait_until_ready
+from app.kafka.replication import warn_if_weakly_replicated
 from app.settings import settings
 
 
@@ -88,3 +89,5 @@ async def changelogs_ready(tables: TableManager) -> None:
         for table in tables.values()
     }
     await wait_until_ready(conf, changelogs, conf.topics_ready_timeout_seconds)
+    async with admin_client(conf) as admin:
+        await warn_if_weakly_replicated(admin, [*changelogs, conf.keyed_topic])

@@ -35,11 +35,13 @@ from app.kafka.connection import KafkaConnection
 from app.settings import Settings
 
 EX_CONFIG = 78  # sysexits.h: a configuration error, which a restart does not mend
+CLUSTER_NAME = "kafka-cluster"  # the one name of Kafka's cluster resource
 
 
 class ResourceType(IntEnum):  # Kafka's AclResourceType codes
     TOPIC = 2
     GROUP = 3
+    CLUSTER = 4
     TRANSACTIONAL_ID = 5
 
 
@@ -53,6 +55,7 @@ class Operation(IntEnum):  # Kafka's AclOperation codes
     WRITE = 4
     CREATE = 5
     ALTER = 7
+    DESCRIBE_CONFIGS = 10
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,12 @@ def worker_permissions(conf: Settings) -> list[Permission]:
         Permission(topic, progress_changelog(conf), Operation.ALTER),
         Permission(group, conf.app_id, Operation.READ),
         Permission(txn, prefix, Operation.WRITE, Pattern.PREFIXED),
+        # The cluster's default.replication.factor, when no setting replaces it (replication.py).
+        *(
+            [Permission(ResourceType.CLUSTER, CLUSTER_NAME, Operation.DESCRIBE_CONFIGS)]
+            if conf.replication_factor is None
+            else []
+        ),
     ]
 
 

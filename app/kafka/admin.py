@@ -14,6 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from faust.types import TP
 
+from app.kafka.replication import replication_factor
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -150,10 +151,11 @@ async def ensure_topics(conf: Settings) -> None:
         existing = set(await admin.list_topics())
         compacted = compacted_topics(conf)
         missing = {n: p for n, p in topic_partitions(conf).items() if n not in existing}
+        replicas = await replication_factor(conf, admin) if missing else 0
         for name, partitions in missing.items():
             with suppress(TopicAlreadyExistsError):  # another worker made it first
                 configs = {"cleanup.policy": "compact"} if name in compacted else {}
-                topic = NewTopic(name, partitions, conf.replication_factor, topic_configs=configs)
+                topic = NewTopic(name, partitions, replicas, topic_configs=configs)
                 await admin.create_topics([topic])
         if missing:
             await _wait_until_ready(admin, missing, conf.topics_ready_timeout_seconds)
@@ -216,6 +218,33 @@ async def committed_records_between(conf: Settings, tp: TP, first: int, last: in
             if any(record.offset <= last for record in batch.get(partition, ())):
                 return True
         return False
+
+
+async def unread_committed(conf: Settings, offsets: Mapping[TP, int], timeout: float) -> set[TP]:
+    """Of the partitions in `offsets` (partition -> an offset), those with a committed
+    record at or after their offset. Transaction markers and aborted records take offsets
+    but are no records. Partitions not found so within `timeout` are left out."""
+    found: set[TP] = set()
+    if not offsets:
+        return found
+    async with read_committed(conf) as consumer:
+        partitions = {TopicPartition(tp.topic, tp.partition): tp for tp in offsets}
+        ends = await consumer.end_offsets(list(partitions))
+        reading = {p: ends[p] for p, tp in partitions.items() if ends[p] > offsets[tp]}
+        consumer.assign(list(reading))
+        for partition in reading:
+            consumer.seek(partition, offsets[partitions[partition]])
+        deadline = time.monotonic() + timeout
+        while reading and time.monotonic() < deadline:
+            batches = await consumer.getmany(*reading, timeout_ms=200)
+            for partition, records in batches.items():
+                if records:
+                    found.add(partitions[partition])
+                    reading.pop(partition, None)
+            for partition, end in list(reading.items()):
+                if await consumer.position(partition) >= end:
+                    del reading[partition]
+    return found
 
 
 async def last_committed_records(

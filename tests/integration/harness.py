@@ -263,10 +263,13 @@ class Worker:
             "PAIRSTREAM_WEB_PORT": str(self.web_port),
         }
 
+    def command(self) -> list[str]:
+        return [FAUST, "-A", "app", "worker", "-l", "info"]
+
     def _launch(self, log: IO[bytes]) -> subprocess.Popen[bytes]:
         """The process the worker's output comes from, and whose exit is the worker's."""
         return subprocess.Popen(
-            [FAUST, "-A", "app", "worker", "-l", "info"],
+            self.command(),
             cwd=ROOT,
             env={**os.environ, **self.environment()},
             stdout=log,

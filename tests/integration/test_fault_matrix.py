@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from app.kafka.admin import admin_client
 from tests.conftest import broker_nodes
 from tests.integration.faults import (
     kill_broker,
@@ -104,15 +105,23 @@ async def test_broker_hard_bounce(broker: str, tmp_path: Path) -> None:
 
 
 async def test_cluster_loses_a_broker(cluster: list[local_broker.Node], tmp_path: Path) -> None:
+    """No replication setting: every topic the pipeline and its workers create takes the
+    cluster's default.replication.factor (3), and a broker lost mid-stream loses nothing."""
     bootstrap = local_broker.bootstrap_servers(cluster)
-    pipeline = await Pipeline(
-        bootstrap, tmp_path, PAIRSTREAM_REPLICATION_FACTOR="3", PAIRSTREAM_PARTITIONS="8"
-    ).create_topics()
+    pipeline = await Pipeline(bootstrap, tmp_path, PAIRSTREAM_PARTITIONS="8").create_topics()
+    assert pipeline.conf.replication_factor is None
     victim = [cluster[1]]
     faults = [kill_broker(0.3, victim, restart=False), start_broker(0.65, victim, cluster)]
     # At the quick rate the stream ended before the broker was back (seen once): the
     # broker must come back while records flow.
     await check("3-broker cluster, one killed", pipeline, faults, rate=min(RATE, 400.0))
+    async with admin_client(pipeline.conf) as admin:
+        names = [t for t in await admin.list_topics() if t.startswith(pipeline.conf.app_id)]
+        described = await admin.describe_topics(names)
+    replicas = {t["topic"]: {len(p["replicas"]) for p in t["partitions"]} for t in described}
+    changelogs = [name for name in replicas if name.endswith("-changelog")]
+    assert len(changelogs) >= 2, replicas  # the pairing state's and the input progress'
+    assert all(counts == {3} for counts in replicas.values()), replicas
 
 
 async def test_paused_worker_is_fenced(broker: str, tmp_path: Path) -> None:

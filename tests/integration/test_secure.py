@@ -130,6 +130,8 @@ def expected_words(permission: Permission, conf_prefix: str) -> str:
         if permission.pattern is Pattern.PREFIXED:
             return f"{permission.operation.name} on topic '{conf_prefix}"
         return f"{permission.operation.name} on topic '{permission.name}'"
+    if permission.resource is ResourceType.CLUSTER:
+        return f"{permission.operation.name} on the cluster"
     return str(permission)
 
 
@@ -153,7 +155,7 @@ async def test_each_missing_acl_stops_the_worker_with_its_name(
     assert "Authenticated as worker" in first.log() and password not in first.log()
     admin = pipeline.conf.kafka
     permissions = worker_permissions(pipeline.conf)
-    assert len(permissions) == 17  # what docs/deploy.md lists
+    assert len(permissions) == 18  # what docs/deploy.md lists
     failures = []
     for permission in permissions:
         await revoke(admin, "User:worker", [permission])

@@ -96,6 +96,7 @@ async def test_a_worker_sets_the_collector_s_thresholds_and_freezes_its_start(
     monkeypatch.setattr(faust.Worker, "on_first_start", nothing)
     monkeypatch.setattr(faust.Worker, "on_startup_finished", nothing)
     monkeypatch.setattr(worker_module, "check_access_or_exit", allowed)
+    monkeypatch.setattr(worker_module, "ensure_topics", allowed)
     monkeypatch.setenv("PAIRSTREAM_GC_THRESHOLDS", "[5000, 7, 9]")
     before = gc.get_threshold()
     settings.cache_clear()

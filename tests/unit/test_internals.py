@@ -853,6 +853,22 @@ async def test_group_member_id_is_the_one_aiokafka_joined_with() -> None:
     )
 
 
+async def test_group_generation_is_aiokafka_s_and_minus_one_until_a_join() -> None:
+    thread = app.consumer._new_consumer_thread()
+    consumer = SimpleNamespace(_thread=thread)
+    assert internals.group_generation(consumer) == -1  # not started: no aiokafka consumer
+    client = AIOKafkaConsumer(group_id="g", bootstrap_servers="127.0.0.1:1")
+    thread._consumer = client
+    assert internals.group_generation(consumer) == -1  # no coordinator yet
+    client._coordinator = SimpleNamespace(generation=-1)  # started, not joined
+    assert internals.group_generation(consumer) == -1
+    client._coordinator = SimpleNamespace(generation=4)
+    assert internals.group_generation(consumer) == 4
+    assert "self._coordinator.generation = response.generation_id" in inspect.getsource(
+        CoordinatorGroupRebalance
+    )
+
+
 def test_remove_group_member_uses_aiokafka_s_client_as_it_is() -> None:
     """The calls `remove_group_member` makes of aiokafka's client (broker behaviour:
     tests/integration/test_kafka_admin.py)."""

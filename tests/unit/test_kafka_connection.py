@@ -158,7 +158,11 @@ def test_a_worker_needs_its_topics_its_prefix_its_group_and_its_transactional_id
     assert Permission(ResourceType.GROUP, "app", Operation.READ) in permissions
     txn = Permission(ResourceType.TRANSACTIONAL_ID, "app-", Operation.WRITE, Pattern.PREFIXED)
     assert txn in permissions
-    assert len(permissions) == len(worker_permissions(conf)) == 17
+    assert len(permissions) == len(worker_permissions(conf)) == 18
+    # The cluster's default replication factor, unless a setting replaces it.
+    describe = Permission(ResourceType.CLUSTER, "kafka-cluster", Operation.DESCRIBE_CONFIGS)
+    assert describe in permissions
+    assert describe not in worker_permissions(conf.model_copy(update={"replication_factor": 3}))
     chain = set(worker_permissions(Settings(app_id="app", chain_enabled=True)))
     assert Permission(topic, "deposits", Operation.READ) in chain - permissions
     assert Permission(topic, "deposits.validated", Operation.WRITE) in chain

@@ -22,6 +22,7 @@ LAYERS: dict[str, int] = {
     "delivery.client": 1,
     "delivery.latency": 1,
     "app.exactly_once": 2,  # the core
+    "app.health": 2,  # when a worker is ready and alive: rules over its facts
     "delivery.dispatcher": 2,
     "app.faust_app": 3,  # the one app and its topics
     "app.worker": 3,

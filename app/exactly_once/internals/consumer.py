@@ -27,6 +27,7 @@ __all__ = [
     "flow_running",
     "forget_acks_below",
     "forget_unacked",
+    "group_generation",
     "group_member",
     "group_member_id",
     "hand_on_decoded_records",
@@ -256,6 +257,15 @@ def group_member_id(consumer: AIOKafkaConsumer) -> str | None:
     coordinator = consumer._coordinator
     member_id: str | None = getattr(coordinator, "member_id", None) or None
     return member_id
+
+
+def group_generation(consumer: Any) -> int:
+    """The generation of the group faust's consumer is in (aiokafka's coordinator's
+    `generation`, of the thread's `_consumer`); -1 before it started or first joined."""
+    client = consumer._thread._consumer
+    coordinator = getattr(client, "_coordinator", None)
+    generation: int = -1 if coordinator is None else coordinator.generation
+    return generation
 
 
 def group_member(consumer: Any) -> GroupMember:
