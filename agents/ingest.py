@@ -25,6 +25,7 @@ from app.exactly_once.step import RunRecords, run_once, still_current
 from app.faust_app import app
 from app.settings import settings
 from app.topics import dead_letters, events, keyed_events
+from pairing.changes import parser_for
 from pairing.events import Rejection, read_event
 from pairing.records import (
     HANDED,
@@ -40,6 +41,7 @@ from pairing.watermarks import SourceProgress, WatermarkUpdate
 from tables.source_progress import store_progress, stored_progress
 
 conf = settings()
+PARSE = parser_for(conf.events_format)  # JSON events, or Debezium's change records
 log = logging.getLogger(__name__)
 
 
@@ -162,7 +164,7 @@ def ingest_run(task: PartitionTask, records: RunRecords) -> None:
         record_source = Source(topic, partition, record.offset, timestamp_ms)
         if timestamp_ms is None or timestamp_ms < 0:
             timestamp_ms = now_ms  # a record without one: the guard reads the worker's clock
-        parsed = read_event(record.key, raw, timestamp_ms, sizes, max_ahead_us)
+        parsed = read_event(record.key, raw, timestamp_ms, sizes, max_ahead_us, PARSE)
         if isinstance(parsed, Rejection):
             rejected += 1
             outbox.dead_letter(dlq_topic, parsed.reason, record.key, raw, record_source)

@@ -28,6 +28,7 @@ from analytics.event_time import keyed_event, keyed_watermarks, on_time
 from analytics.ingest import sources
 from analytics.lake import Lake
 from app.settings import Settings
+from pairing.changes import parser_for
 from pairing.events import Rejection, read_event
 from pairing.grammar import add_exact
 from pairing.records import HANDED, loads
@@ -69,12 +70,12 @@ class Verdict:
 def _parse_input(conf: Settings):  # type: ignore[no-untyped-def]  # a Spark UDF
     """The worker's own reader: validity and identity exactly as ingest decides them,
     sizes and the clock guard included (its record's timestamp, as ingest reads it)."""
-    sizes, max_ahead_us = conf.sizes, conf.max_ahead_us
+    sizes, max_ahead_us, parse_value = conf.sizes, conf.max_ahead_us, parser_for(conf.events_format)
 
     def parse(
         key: bytes | None, raw: bytes | None, record_ms: int
     ) -> tuple[bool, str | None, str | None, int | None, str | None]:
-        event = read_event(key, raw, record_ms, sizes, max_ahead_us)
+        event = read_event(key, raw, record_ms, sizes, max_ahead_us, parse_value)
         if isinstance(event, Rejection):
             return (False, None, None, None, None)
         return (True, event.identity, event.key, event.time_us, event.type)

@@ -30,6 +30,11 @@ class Settings(BaseSettings):
         description="Kafka bootstrap servers, kafka://host:port[;host:port]",
     )
     events_topic: str = "events"
+    events_format: Literal["json", "debezium"] = Field(
+        "json",
+        description="what the input topic holds: JSON events (docs/grammar.md), or the change"
+        " records of Debezium's PostgreSQL connector for the events table (docs/cdc.md)",
+    )
     events_partitions: int = Field(
         8,
         ge=1,

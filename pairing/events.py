@@ -7,6 +7,7 @@ with a readable reason; nothing here raises on bad input.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Literal
 
@@ -82,23 +83,29 @@ def parse_event(raw: bytes | None, max_bytes: int) -> Event | Rejection:
     return Event(event_type, key, time_us, value, event_id, known_as)
 
 
+# How ingest reads an input record's value: `parse_event`, or `pairing.changes.parse_change`.
+Parse = Callable[[bytes | None, int], "Event | Rejection"]
+
+
 def read_event(
     key: bytes | None,
     raw: bytes | None,
     record_time_ms: int,
     sizes: Sizes,
     max_ahead_us: int | None,
+    parse: Parse | None = None,
 ) -> Event | Rejection:
-    """An input record as ingest reads it: its key's size, its value (`parse_event`),
-    then the clock guard (docs/event-time.md): an event stamped more than `max_ahead_us`
-    after its record's own timestamp is refused, so that it never moves the watermark.
+    """An input record as ingest reads it: its key's size, its value (`parse`, by default
+    `parse_event`), then the clock guard (docs/event-time.md): an event stamped more than
+    `max_ahead_us` after its record's own timestamp is refused, so that it never moves the
+    watermark.
     The record's timestamp, not a worker's clock: the same record gets the same answer
     on every worker and every replay."""
     if key is not None and len(key) > sizes.key_bytes:  # a call only when too long
         refused = oversize(key, None, sizes)
         assert refused is not None
         return refused
-    event = parse_event(raw, sizes.value_bytes)
+    event = (parse or parse_event)(raw, sizes.value_bytes)
     if max_ahead_us is None or isinstance(event, Rejection):
         return event
     ahead_us = event.time_us - record_time_ms * 1000

@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pairing.events import Event, Rejection, add_exact, read_event
+from pairing.events import Event, Parse, Rejection, add_exact, parse_event, read_event
 from pairing.grammar import Sizes
 
 FIVE_MINUTES_US = 5 * 60 * 1_000_000
@@ -51,9 +51,10 @@ class Reading:
     sizes: Sizes = field(default_factory=Sizes)
     max_ahead_us: int | None = None
     record_time_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    parse: Parse = parse_event  # or pairing.changes.parse_change
 
     def read(self, raw: bytes | None) -> Event | Rejection:
-        return read_event(None, raw, self.record_time_ms, self.sizes, self.max_ahead_us)
+        return read_event(None, raw, self.record_time_ms, self.sizes, self.max_ahead_us, self.parse)
 
 
 @dataclass(frozen=True)

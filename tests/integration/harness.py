@@ -23,6 +23,7 @@ from faust.types import TP
 from app.kafka.access import worker_permissions
 from app.kafka.admin import admin_client, end_offsets, ensure_topics, read_committed
 from app.settings import Settings
+from pairing.changes import parser_for
 from tests.reference_model import Expected, Reading, expected_outputs
 from tools import broker as local_broker
 from tools.generate import Record, produce
@@ -91,7 +92,12 @@ class Pipeline:
             sources,
             expiry_us=int(self.conf.expiry_seconds * 1_000_000),
             retention_us=int(self.conf.dedup_retention_seconds * 1_000_000),
-            reading=Reading(self.conf.sizes, self.conf.max_ahead_us, self.created_ms),
+            reading=Reading(
+                self.conf.sizes,
+                self.conf.max_ahead_us,
+                self.created_ms,
+                parser_for(self.conf.events_format),
+            ),
             drained=drained,
             all_idle=all_idle,
         )

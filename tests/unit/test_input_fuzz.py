@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from delivery.rules import identity, parse_order
 from pairing import deposits as rules
+from pairing.changes import parse_change
 from pairing.deposits import Account, Deposit, Totals
 from pairing.enrichment import Enricher, enriched_record, row_rejection
 from pairing.events import Rejection, parse_event, read_event
@@ -145,6 +146,8 @@ DEPOSIT = {
     "amount": ['"12.34"', "1e30", '"' + "9" * 30 + '"', "0.01", '"1e2"'],
     "time": ['"2024-02-09T21:00:00Z"'],
 }
+# A change record's row fields, at the top level: what the size checks come before.
+CHANGE = {"op": ['"c"', '"u"'], "after": ['{"id":"e-1","type":"A"}', "null"]}
 ACCOUNT = {"account": ['"acct-1"', '"acct-2"'], "status": ['"open"', '"closed"']}
 ORDER = {"id": ['"o-1"', "1"], "amount": ["12.34", "1e30"], "item": ['"book"']}
 ROW = {"tariff": ['"peak"'], "rate": ["12.34", "1e30", "9" * MAX_DIGITS]}
@@ -338,6 +341,7 @@ def read_order(key: bytes | None, value: bytes | None) -> object:
 
 INPUTS = {
     "events": (EVENT, lambda k, v: read_event(k, v, NOW_MS, SIZES, 60_000_000)),
+    "changes": (CHANGE, lambda k, v: read_event(k, v, NOW_MS, SIZES, 60_000_000, parse_change)),
     "deposits": (DEPOSIT, lambda k, v: rules.parse_deposit(v)),
     "accounts": (ACCOUNT, rules.parse_account_change),
     "sources": (ROW, row_rejection),

@@ -1,0 +1,75 @@
+"""Change records of Debezium's PostgreSQL connector for the events table, read as
+events (docs/cdc.md): with PAIRSTREAM_EVENTS_FORMAT=debezium the input topic is the
+connector's change topic.
+
+The table's contract: `events(id text primary key, type, ts timestamptz, value numeric)`.
+A committed insert (`op` "c") and a row of the initial snapshot (`op` "r") are an event
+whose identity is the row's primary key: a change the connector emits again (after a
+crash, or in a new snapshot) is a duplicate, never a second event. An event is a fact:
+an update or a delete of its row is refused with a reason that names the row, and so
+dead-lettered and counted like any invalid input; the event as inserted stands.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pairing.events import EVENT_TYPES, Event, Parse, Rejection, parse_event
+from pairing.grammar import decode_object, excerpt, identity, number, parse_timestamp
+
+NEW_ROW = frozenset({"c", "r"})  # an insert; a row read by a snapshot
+CHANGED_ROW = {"u": "update", "d": "delete", "t": "truncate"}
+
+
+def parse_change(raw: bytes | None, max_bytes: int) -> Event | Rejection:
+    """Parse one change record's value (JSON, schemas off) into the event its row is."""
+    if raw is not None and len(raw) > max_bytes:
+        return Rejection(f"oversize record: {len(raw)} bytes > {max_bytes}")
+    doc = decode_object(raw)
+    if isinstance(doc, Rejection):
+        return doc
+    op = doc.get("op")
+    if op in NEW_ROW:
+        row = doc.get("after")
+        if not isinstance(row, dict):
+            return Rejection(f"change {op!r} without its row: 'after' is {excerpt(row)}")
+        return event_of_row(row)
+    if op in CHANGED_ROW:
+        row = doc.get("before") or doc.get("after")
+        row_id = row.get("id") if isinstance(row, dict) else None
+        named = f"of events row {excerpt(row_id)}" if row_id is not None else "of the events table"
+        return Rejection(
+            f"{CHANGED_ROW[op]} {named}: an event is immutable, the row as inserted stands"
+        )
+    if "op" not in doc:
+        return Rejection("missing field 'op': not a Debezium change record")
+    return Rejection(f"unknown op {excerpt(op)}: expected 'c', 'r', 'u', 'd' or 't'")
+
+
+def event_of_row(row: dict[str, Any]) -> Event | Rejection:
+    """An events row as an event; `value` as Debezium's string of a NUMERIC (exact)."""
+    event_type = row.get("type")
+    if event_type not in EVENT_TYPES:
+        return Rejection(f"column 'type' is {excerpt(event_type)}: expected 'A' or 'B'")
+    parsed_time = parse_timestamp(row.get("ts"))
+    if isinstance(parsed_time, Rejection):
+        return Rejection(f"column 'ts': {parsed_time.reason}")
+    key, time_us = parsed_time
+    text = row.get("value")
+    if not isinstance(text, str):
+        # A double (decimal.handling.mode=double) may be a NUMERIC rounded: never taken.
+        return Rejection(
+            f"column 'value' is {excerpt(text)}: expected NUMERIC as a string"
+            " (decimal.handling.mode=string)"
+        )
+    value = number(text, "value", text_too=True)
+    if isinstance(value, Rejection):
+        return value
+    row_id = identity(row.get("id"), "id")
+    if isinstance(row_id, Rejection):
+        return row_id
+    return Event(event_type, key, time_us, value, row_id, row_id)
+
+
+def parser_for(events_format: Literal["json", "debezium"]) -> Parse:
+    return parse_change if events_format == "debezium" else parse_event
