@@ -23,9 +23,7 @@ CHANGED_ROW = {"u": "update", "d": "delete", "t": "truncate"}
 
 def parse_change(raw: bytes | None, max_bytes: int) -> Event | Rejection:
     """Parse one change record's value (JSON, schemas off) into the event its row is."""
-    if raw is not None and len(raw) > max_bytes:
-        return Rejection(f"oversize record: {len(raw)} bytes > {max_bytes}")
-    doc = decode_object(raw)
+    doc = decode_object(raw, max_bytes)
     if isinstance(doc, Rejection):
         return doc
     op = doc.get("op")

@@ -48,9 +48,7 @@ class Event:
 
 def parse_event(raw: bytes | None, max_bytes: int) -> Event | Rejection:
     """Parse and validate one input record's value."""
-    if raw is not None and len(raw) > max_bytes:
-        return Rejection(f"oversize record: {len(raw)} bytes > {max_bytes}")
-    doc = decode_object(raw)
+    doc = decode_object(raw, max_bytes)
     if isinstance(doc, Rejection):
         return doc
 

@@ -148,8 +148,10 @@ def decode_json(raw: bytes | None) -> Any:
         return Rejection(f"malformed JSON: {exc}")
 
 
-def decode_object(raw: bytes | None) -> dict[str, Any] | Rejection:
-    """A JSON object, or why `raw` is not one."""
+def decode_object(raw: bytes | None, max_bytes: int | None = None) -> dict[str, Any] | Rejection:
+    """A JSON object, or why `raw` is not one (too long, with `max_bytes`, unread)."""
+    if max_bytes is not None and raw is not None and len(raw) > max_bytes:
+        return Rejection(f"oversize record: {len(raw)} bytes > {max_bytes}")
     document = decode_json(raw)
     if isinstance(document, Rejection | dict):
         return document
