@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: lock demo demo-secure demo-delivery demo-chain delivery chain bench test test-fast fault-test fault-matrix fault-matrix-long event-time setup browser podman image broker stop clean generate lint
+.PHONY: lock demo demo-secure demo-delivery demo-chain delivery chain bench test test-fast fault-test fault-matrix fault-matrix-long event-time setup browser podman postgres image broker stop clean generate lint
 
 demo: setup            ## run the main job: broker, worker, generated stream, summary
 	$(PY) -m tools.demo
@@ -29,7 +29,7 @@ delivery: setup       ## once-only delivery: 10,000 orders, every mode, 5 kills 
 bench: setup          ## the benchmark suite (about 26 minutes here), with a py-spy profile; writes docs/BENCHMARKS.md
 	$(PY) -m bench --profile .run/bench-profile.txt
 
-test: setup browser podman  ## run every test (starts a broker if none is running); a test still running after 15 minutes fails
+test: setup browser podman postgres  ## run every test (starts a broker if none is running); a test still running after 15 minutes fails
 	$(PY) -m pytest --timeout 900
 
 test-fast: setup       ## unit tests only: no broker
@@ -77,6 +77,11 @@ browser:               ## headless Chromium for the dashboard test (Debian's pac
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] \
 	  && apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; } \
 	  || { echo "install Debian's chromium package: apt-get install chromium" >&2; exit 1; }
+
+postgres:              ## PostgreSQL 15 (Debian's), the change data capture's source (python -m tools.postgres)
+	@test -x /usr/lib/postgresql/15/bin/pg_ctl || { [ "$$(id -u)" = 0 ] \
+	  && apt-get update -qq && apt-get install -y -qq --no-install-recommends postgresql-15; } \
+	  || { echo "install Debian's postgresql-15 package: apt-get install postgresql-15" >&2; exit 1; }
 
 podman:                ## podman, runc, debootstrap, catatonit (Debian's) for the container test, which skips without them
 	@command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null \
