@@ -7,12 +7,15 @@ import asyncio
 from analytics.ingest import ingest
 from analytics.lake import Lake
 from analytics.reconcile import reconcile
+from analytics.replica import reconcile_replica, replicate
 from analytics.spark import spark_session
 from analytics.windows import windows
 from app.kafka.access import analytics_permissions, check_access
 from app.settings import Settings
 
-JOBS = ("ingest", "windows", "reconcile", "all")
+# `replica`: the events table's Delta replica, applied and reconciled against the table
+# (docs/cdc.md); in `all` when the input is its change topic.
+JOBS = ("ingest", "windows", "reconcile", "replica", "all")
 
 
 def run(job: str, conf: Settings, master: str | None) -> bool:
@@ -29,10 +32,16 @@ def run(job: str, conf: Settings, master: str | None) -> bool:
             rows = windows(spark, conf)
             print("gold windows: " + ", ".join(f"{name} {n:,}" for name, n in rows.items()))
             print(f"chart: {Lake.of(conf).chart}")
+        ok = True
         if job in ("reconcile", "all"):
             verdict = reconcile(spark, conf)
             print(verdict.summary())
-            return verdict.ok
-        return True
+            ok = verdict.ok
+        if job == "replica" or (job == "all" and conf.events_format == "debezium"):
+            print(f"replica rows: {replicate(spark, conf):,}")
+            replica = reconcile_replica(spark, conf)
+            print(replica.summary())
+            ok = ok and replica.ok
+        return ok
     finally:
         spark.stop()

@@ -28,6 +28,10 @@ class Lake:
         """The pairing group's committed offsets, taken before each ingest."""
         return str(self.root / "bronze" / "progress")
 
+    def silver(self, name: str) -> str:
+        """A table kept current from a topic (the events table's replica)."""
+        return str(self.root / "silver" / name)
+
     def gold(self, name: str) -> str:
         return str(self.root / "gold" / name)
 

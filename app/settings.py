@@ -328,12 +328,21 @@ class Settings(BaseSettings):
     sliding_window_seconds: int = Field(300, gt=0, description="look-back of a sliding window")
     session_gap_seconds: int = Field(60, gt=0, description="event-time silence closing a session")
 
+    # The events table's database (docs/cdc.md): reconciliation of its Delta replica reads it
+    postgres_host: str = "127.0.0.1"
+    postgres_port: int = Field(5433, description="`python -m tools.postgres`'s default")
+    postgres_database: str = "pairstream"
+    postgres_user: str = Field("pairstream_app", description="may SELECT the events table")
+    postgres_password: SecretStr | None = Field(None, description="never logged")
+    postgres_password_file: Path | None = Field(None, description="a mounted secret; wins")
+
     @model_validator(mode="after")
     def _secrets_from_files(self) -> Settings:
         # A mounted secret is a file; read once here, so nothing else knows where it came from.
         for field, source in (
             ("kafka_password", self.kafka_password_file),
             ("web_token", self.web_token_file),
+            ("postgres_password", self.postgres_password_file),
         ):
             if source is not None:
                 try:

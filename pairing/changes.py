@@ -12,10 +12,13 @@ dead-lettered and counted like any invalid input; the event as inserted stands.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
+from decimal import Decimal
 from typing import Any, Literal
 
-from pairing.events import EVENT_TYPES, Event, Parse, Rejection, parse_event
-from pairing.grammar import decode_object, excerpt, identity, number, parse_timestamp
+from pairing.events import EVENT_TYPES, Event, Parse, Rejection, canonical_number, parse_event
+from pairing.grammar import Number, decode_object, excerpt, identity, number, parse_timestamp
 
 NEW_ROW = frozenset({"c", "r"})  # an insert; a row read by a snapshot
 CHANGED_ROW = {"u": "update", "d": "delete", "t": "truncate"}
@@ -71,3 +74,18 @@ def event_of_row(row: dict[str, Any]) -> Event | Rejection:
 
 def parser_for(events_format: Literal["json", "debezium"]) -> Parse:
     return parse_change if events_format == "debezium" else parse_event
+
+
+def row_digest(row_id: str, event_type: str, ts: str, value: Number | str) -> int:
+    """A row's content as 64 bits, the same however it was read: `ts` in any form the
+    grammar reads (taken to its UTC key), `value` with any trailing zeros."""
+    parsed = parse_timestamp(ts)
+    key = ts if isinstance(parsed, Rejection) else parsed[0]
+    number_text = canonical_number(Decimal(value) if isinstance(value, str) else value)
+    text = f"{row_id}\x1f{event_type}\x1f{key}\x1f{number_text}".encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
+
+
+def checksum(digests: Iterable[int]) -> int:
+    """Rows' digests summed modulo 2**64: the same in any order."""
+    return sum(digests) % (1 << 64)
