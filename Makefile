@@ -56,8 +56,9 @@ fault-matrix-long: setup  ## the long matrix RUNS times in a row, seeds SEED+1..
 	    $(PY) -m pytest -m matrix -s tests/integration/test_fault_matrix.py || exit 1; \
 	done; echo "== long matrix: $(RUNS) runs in a row passed"
 
-setup: $(STAMP)        ## create .venv, install the locked dependencies (requirements/all.txt), resolve Kafka and Spark jars
+setup: $(STAMP)        ## create .venv, install the locked dependencies (requirements/all.txt), resolve Kafka, Kafka Connect (with Debezium) and Spark jars
 	$(PY) -m tools.broker resolve
+	$(PY) -m tools.connect resolve
 	$(PY) -m analytics jars
 
 $(STAMP): pyproject.toml requirements/all.txt
