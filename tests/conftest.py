@@ -2,12 +2,20 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
+from app.settings import Settings
 from tests.integration.image_build import ImageBuild, missing_tools
 from tools import broker as local_broker
+from tools import postgres
+from tools.ports import free_port
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 CONTAINER_TEST = "tests/integration/test_container.py"
 
@@ -55,6 +63,25 @@ def secure_broker() -> Iterator[list[local_broker.Node]]:
     yield nodes
     if started:
         local_broker.stop(nodes, hard=False)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local Spark session for every test that reads or writes the lake."""
+    from analytics.spark import spark_session  # the analytics extra: not for unit runs
+
+    session = spark_session(Settings(), "pairstream-tests", "local[2]")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def database() -> Iterator[postgres.Cluster]:
+    """The events table in a PostgreSQL cluster of the module's own (tools/postgres.py)."""
+    cluster = postgres.Cluster(f"test-{uuid.uuid4().hex[:8]}", free_port())
+    postgres.start(cluster)
+    yield cluster
+    postgres.clean(cluster)
 
 
 IMAGE_BUILD = pytest.StashKey[ImageBuild]()

@@ -19,13 +19,21 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from faust.stores.rocksdb import Store
 from faust.types import TP
+from pydantic import SecretStr
 
 from app.kafka.access import worker_permissions
-from app.kafka.admin import admin_client, end_offsets, ensure_topics, read_committed
+from app.kafka.admin import (
+    admin_client,
+    end_offsets,
+    ensure_topics,
+    read_committed,
+    unread_committed,
+)
 from app.settings import Settings
 from pairing.changes import parser_for
 from tests.reference_model import Expected, Reading, expected_outputs
 from tools import broker as local_broker
+from tools import postgres
 from tools.generate import Record, produce
 from tools.kafka_acls import grant
 from tools.ports import free_port
@@ -113,6 +121,18 @@ class Pipeline:
     def planned(self, records: list[Record]) -> Expected:
         """Roughly what `records` will give, before they are produced (to plan faults by)."""
         return self.model([[value for _, value in records]])
+
+
+def database_settings(cluster: postgres.Cluster) -> dict[str, object]:
+    """The PAIRSTREAM_POSTGRES_* settings of a tools/postgres.py cluster, as its app role."""
+    found = postgres.settings(cluster, postgres.APP)
+    return {
+        "postgres_host": found["host"],
+        "postgres_port": int(found["port"]),
+        "postgres_database": found["dbname"],
+        "postgres_user": found["user"],
+        "postgres_password": SecretStr(found["password"]),
+    }
 
 
 async def secured_pipeline(nodes: list[local_broker.Node], tmp: Path, **overrides: str) -> Pipeline:
@@ -452,11 +472,11 @@ async def input_left_uncommitted(pipeline: Pipeline, within: float = 15.0) -> di
             )
             # -1: never committed, which is right for a partition never written
             committed = {TP(tp.topic, tp.partition): max(0, m.offset) for tp, m in found.items()}
-            behind = {
-                str(tp): {"committed": committed.get(tp, 0), "end": end}
-                for tp, end in ends.items()
-                if committed.get(tp, 0) < end
-            }
+            short = {tp: committed.get(tp, 0) for tp in ends}
+            short = {tp: offset for tp, offset in short.items() if offset < ends[tp]}
+            # A transactional input (Connect's change topic) ends with a commit marker.
+            unread = await unread_committed(conf, short, timeout=10) if short else set()
+            behind = {str(tp): {"committed": short[tp], "end": ends[tp]} for tp in sorted(unread)}
             if not behind or time.monotonic() > deadline:
                 return behind
             await asyncio.sleep(0.5)  # a commit interval

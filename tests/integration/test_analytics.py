@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -23,7 +22,6 @@ from pyspark.sql import SparkSession
 from analytics.ingest import ingest, sources
 from analytics.lake import Lake
 from analytics.reconcile import reconcile
-from analytics.spark import spark_session
 from analytics.windows import windows
 from app.exactly_once.handoff import FENCE_KEY
 from app.settings import Settings
@@ -46,13 +44,6 @@ pytestmark = pytest.mark.broker
 
 # Keyed records that are no event: watermarks (read or handed) and the hand-off's fences.
 CONTROL_KEYS = (WATERMARK_KEY, HANDED_WATERMARK_KEY, FENCE_KEY)
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = spark_session(Settings(), "pairstream-tests", "local[2]")
-    yield session
-    session.stop()
 
 
 async def processed_pipeline(broker: str, tmp: Path) -> Pipeline:

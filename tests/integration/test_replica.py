@@ -6,33 +6,20 @@ from __future__ import annotations
 
 import json
 import random
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
-from pydantic import SecretStr
 from pyspark.sql import SparkSession
 
 from analytics.replica import reconcile_replica, replicate
-from analytics.spark import spark_session
-from app.settings import Settings
-from tests.integration.harness import Pipeline
+from tests.integration.harness import Pipeline, database_settings
 from tools import postgres
 from tools.generate import Record
-from tools.ports import free_port
 
 pytestmark = pytest.mark.broker
 
 Row = dict[str, str]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = spark_session(Settings(), "pairstream-replica-tests", "local[2]")
-    yield session
-    session.stop()
 
 
 def change(op: str, lsn: int, before: Row | None, after: Row | None) -> Record:
@@ -70,15 +57,6 @@ def history(rows: int, seed: int) -> tuple[list[Record], dict[str, Row]]:
     return records, table
 
 
-@pytest.fixture(scope="module")
-def database() -> Iterator[postgres.Cluster]:
-    """The events table in a PostgreSQL cluster of the test's own."""
-    cluster = postgres.Cluster(f"test-{uuid.uuid4().hex[:8]}", free_port())
-    postgres.start(cluster)
-    yield cluster
-    postgres.clean(cluster)
-
-
 def fill(cluster: postgres.Cluster, table: dict[str, Row]) -> None:
     with psycopg.connect(postgres.dsn(cluster, postgres.APP)) as connection:
         connection.execute("DELETE FROM events")
@@ -93,17 +71,8 @@ async def test_the_replica_equals_the_table_the_changes_describe(
     broker: str, tmp_path: Path, spark: SparkSession, database: postgres.Cluster
 ) -> None:
     pipeline = await Pipeline(broker, tmp_path).create_topics()
-    database_settings = {
-        name.removeprefix("PAIRSTREAM_").lower(): value
-        for name, value in postgres.environment(database, postgres.APP).items()
-    }
     conf = pipeline.conf.model_copy(
-        update={
-            "lake_dir": tmp_path / "lake",
-            **database_settings,
-            "postgres_password": SecretStr(database_settings["postgres_password"]),
-            "postgres_port": int(database_settings["postgres_port"]),
-        }
+        update={"lake_dir": tmp_path / "lake", **database_settings(database)}
     )
     records, table = history(2000, seed=8)
     await pipeline.produce(records[:1200])
