@@ -3,6 +3,8 @@
     python -m tools.demo [--count 20000] [--rate 4000] [--seed 1] [--delivery] [--chain]
                          [--enrichment] [--secure]
 
+(`python -m tools.demo_cdc`: the same with the events inserted into PostgreSQL.)
+
 Each run uses fresh topics (prefixed with a run id) so runs never mix. With
 --delivery, the worker also delivers every pair, as an order, to the stand-in
 order API (tools/order_api.py: with a status lookup, failing 5% of calls with 503,
@@ -31,10 +33,11 @@ from decimal import Decimal
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from faust.types import TP
 
 from analytics.jobs import run as run_jobs
 from app.kafka.access import analytics_permissions, worker_permissions
-from app.kafka.admin import ensure_topics, read_committed
+from app.kafka.admin import ensure_topics, read_committed, unread_committed
 from app.settings import Settings
 from pairing.records import dumps
 from tools import broker
@@ -62,7 +65,8 @@ def run_settings(run_id: str) -> dict[str, str]:
 
 
 async def input_committed(conf: Settings) -> bool:
-    """True when the worker has committed its position at the end of the input."""
+    """True when the worker has committed its position past every committed record of
+    the input (a transactional input, Connect's change topic, ends with a marker)."""
     consumer = AIOKafkaConsumer(
         **conf.kafka.aiokafka(), group_id=conf.app_id, enable_auto_commit=False
     )
@@ -72,13 +76,12 @@ async def input_committed(conf: Settings) -> bool:
         # broker can leave a just-created topic out, and no partitions would pass as
         # all of them committed.
         partitions = [TopicPartition(conf.events_topic, p) for p in range(conf.events_partitions)]
-        ends = await consumer.end_offsets(partitions)
-        for tp in partitions:
-            if (await consumer.committed(tp) or 0) < ends[tp]:
-                return False
-        return True
+        committed = {
+            TP(tp.topic, tp.partition): await consumer.committed(tp) or 0 for tp in partitions
+        }
     finally:
         await consumer.stop()
+    return not await unread_committed(conf, committed, timeout=10)
 
 
 async def settle(conf: Settings, reader: OutputReader, quiet_s: float = 3.0) -> Outputs:
