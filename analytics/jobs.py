@@ -7,7 +7,7 @@ import asyncio
 from analytics.ingest import ingest
 from analytics.lake import Lake
 from analytics.reconcile import reconcile
-from analytics.replica import reconcile_replica, replicate
+from analytics.replica import events_per_day, reconcile_replica, replicate
 from analytics.spark import spark_session
 from analytics.windows import windows
 from app.kafka.access import analytics_permissions, check_access
@@ -39,6 +39,7 @@ def run(job: str, conf: Settings, master: str | None) -> bool:
             ok = verdict.ok
         if job == "replica" or (job == "all" and conf.events_format == "debezium"):
             print(f"replica rows: {replicate(spark, conf):,}")
+            print(f"gold events per day: {events_per_day(spark, conf):,} rows")
             replica = reconcile_replica(spark, conf)
             print(replica.summary())
             ok = ok and replica.ok

@@ -98,6 +98,20 @@ def replicate(spark: SparkSession, conf: Settings) -> int:
     return spark.read.format("delta").load(path).where("NOT deleted").count()
 
 
+def events_per_day(spark: SparkSession, conf: Settings) -> int:
+    """The seed's report: the table's events per day (of `ts`, UTC) and type, from the
+    replica, rewritten whole to the gold table `events_per_day`; returns its rows."""
+    lake = Lake.of(conf)
+    rows = spark.read.format("delta").load(lake.silver("events_replica")).where("NOT deleted")
+    report = (
+        rows.groupBy(F.to_date(F.to_timestamp("ts")).alias("day"), "type")
+        .agg(F.count("*").alias("events"))
+        .orderBy("day", "type")
+    )
+    report.write.format("delta").mode("overwrite").save(lake.gold("events_per_day"))
+    return report.count()
+
+
 @dataclass(frozen=True)
 class ReplicaVerdict:
     """The replica against the table itself: rows, an order-independent checksum of

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from pathlib import Path
 
 import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from analytics.replica import reconcile_replica, replicate
+from analytics.replica import events_per_day, reconcile_replica, replicate
 from tests.integration.harness import Pipeline, database_settings
 from tools import postgres
 from tools.generate import Record
@@ -84,6 +85,12 @@ async def test_the_replica_equals_the_table_the_changes_describe(
     found = {r["id"]: {k: r[k] for k in ("id", "type", "ts", "value")}
              for r in replica.where("NOT deleted").collect()}  # fmt: skip
     assert rows == len(table) and found == table
+    days = events_per_day(spark, conf)
+    report = spark.read.format("delta").load(str(tmp_path / "lake" / "gold" / "events_per_day"))
+    per_day = {(str(r["day"]), r["type"]): r["events"] for r in report.collect()}
+    assert days == len(per_day) and per_day == Counter(
+        (row["ts"][:10], row["type"]) for row in table.values()
+    )
 
     # Against the table itself: the same rows, then one row changed behind the replica's back.
     fill(database, table)
