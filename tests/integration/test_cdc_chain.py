@@ -1,9 +1,9 @@
 """The whole change data capture chain, with faults (docs/cdc.md): rows committed in
 PostgreSQL, in transactions of mixed sizes, some rolled back; Debezium on Kafka Connect;
 a pairstream worker reading the change topic; the Delta replica. Mid-stream the Connect
-worker is killed with SIGKILL, PostgreSQL restarted and the pairstream worker killed with
-SIGKILL. Every committed row gives exactly one outcome, nothing of a rolled-back
-transaction appears anywhere, and the replica equals the table."""
+worker is killed with SIGKILL, PostgreSQL restarted, a column added to the table and the
+pairstream worker killed with SIGKILL. Every committed row gives exactly one outcome,
+nothing of a rolled-back transaction appears anywhere, and the replica equals the table."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
@@ -106,6 +107,10 @@ async def test_every_committed_row_one_outcome_through_kills(
         await asyncio.to_thread(add, phases[2], 3)
         postgres.stop(database)
         postgres.start(database)
+        # The table changes shape mid-stream: the connector, the worker and the replica
+        # read the columns they know and pass over the new one.
+        with psycopg.connect(postgres.dsn(database, postgres.SUPERUSER)) as owner:
+            owner.execute("ALTER TABLE events ADD COLUMN note text DEFAULT 'added mid-stream'")
         await asyncio.to_thread(add, phases[3], 4)
         worker.kill()
         worker.start()
