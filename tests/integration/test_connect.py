@@ -159,6 +159,12 @@ def test_committed_rows_arrive_once_and_failures_say_why(
     with pytest.raises(connect.ConnectError, match="refused: authentication failed: password"):
         connect.register(worker, wrong, connector)
 
+    # PostgreSQL down when the connector is registered: refused, saying so; up, it goes.
+    postgres.stop(cluster)
+    with pytest.raises(connect.ConnectError, match="refused: cannot connect to PostgreSQL"):
+        connect.register(worker, database, connector)
+    postgres.start(cluster)
+
     connect.register(worker, database, connector)
     assert connect.check(worker, connector, database, timeout=120).running
     _execute(
