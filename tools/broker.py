@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.kafka.connection import KafkaConnection
-from tools import maven
+from tools import jvm, maven
 from tools.broker_security import BrokerSecurity
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,31 +152,11 @@ auto.create.topics.enable=false
 
 
 def java(main: str, *args: str) -> list[str]:
-    return [
-        "java", f"-Xmx{HEAP}", "-Xms128m", "-XX:+UseSerialGC",
-        f"-Dlog4j2.configurationFile={LOG_CONFIG}",
-        "-cp", f"{JARS}/*", main, *args,
-    ]  # fmt: skip
+    return jvm.java(main, JARS, LOG_CONFIG, HEAP, *args)
 
 
 def alive(node: Node) -> int | None:
-    try:
-        pid = int(node.pid_file.read_text())
-        os.kill(pid, 0)
-    except (FileNotFoundError, ValueError, ProcessLookupError):
-        return None
-    if _exited(pid):
-        return None
-    return pid
-
-
-def _exited(pid: int) -> bool:
-    """A broker this process started stays a zombie until reaped."""
-    try:
-        reaped, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:  # not our child: its parent reaps it
-        return False
-    return reaped == pid
+    return jvm.running_pid(node.pid_file)
 
 
 def start(nodes: list[Node], timeout: float, cluster: list[Node] | None = None) -> None:

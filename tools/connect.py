@@ -56,7 +56,7 @@ from pydantic import SecretStr
 from app.kafka.connection import KafkaConnection
 from app.settings import ROOT
 from app.settings import settings as app_settings
-from tools import maven, postgres
+from tools import jvm, maven, postgres
 
 POM = ROOT / "connect" / "pom.xml"
 PLUGIN_POM = ROOT / "connect" / "debezium-postgres" / "pom.xml"
@@ -218,24 +218,11 @@ def _utf16_escapes(char: str) -> str:
 
 
 def java(main: str, *args: str) -> list[str]:
-    return [
-        "java", f"-Xmx{HEAP}", "-Xms128m", "-XX:+UseSerialGC",
-        f"-Dlog4j2.configurationFile={LOG_CONFIG}",
-        "-cp", f"{JARS}/*", main, *args,
-    ]  # fmt: skip
+    return jvm.java(main, JARS, LOG_CONFIG, HEAP, *args)
 
 
 def alive(worker: Worker) -> int | None:
-    try:
-        pid = int(worker.pid_file.read_text())
-        os.kill(pid, 0)
-    except (FileNotFoundError, ValueError, ProcessLookupError):
-        return None
-    try:  # a worker this process started stays a zombie until reaped
-        reaped, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return pid
-    return None if reaped == pid else pid
+    return jvm.running_pid(worker.pid_file)
 
 
 def _port_open(port: int) -> bool:
