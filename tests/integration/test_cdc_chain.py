@@ -60,7 +60,7 @@ def kill_connect(worker: connect.Worker, conf: Settings) -> None:
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
     while connect.alive(worker):
-        pass
+        time.sleep(0.05)  # until the kernel has reaped it
     connect.start(worker, conf.kafka)
 
 
