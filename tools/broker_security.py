@@ -4,7 +4,8 @@ created when the node is formatted, a SASL_SSL listener and the standard authori
 
 Users: `admin` (a super user: the tools, topic set-up, ACL grants), `worker` (the
 pairstream workers) and `analytics` (the Spark jobs), each with a random password in
-`<run>/security/<user>.password`. The broker's certificate names 127.0.0.1 only, so a
+`<run>/security/<user>.password`; `add_user` adds one to a running broker (a test's
+Kafka Connect user, say) in the same way. The broker's certificate names 127.0.0.1 only, so a
 client that connects to `localhost` sees a hostname mismatch.
 
 A test broker, not a template for production: its controller listener is plaintext on
@@ -14,14 +15,35 @@ controller talk over it).
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import secrets
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from aiokafka.client import AIOKafkaClient
+from aiokafka.errors import for_code
+from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.types import (
+    CompactArray,
+    CompactBytes,
+    CompactString,
+    Int8,
+    Int16,
+    Int32,
+    Schema,
+    TaggedFields,
+)
+
+from app.kafka.access import KafkaAccessError, check_connection
 from app.kafka.connection import KafkaConnection
 
 MECHANISM = "SCRAM-SHA-512"
+MECHANISM_CODE = 2  # Kafka's ScramMechanism: SCRAM-SHA-512
+ITERATIONS = 4096  # the least Kafka takes for SCRAM-SHA-512
 USERS = ("admin", "worker", "analytics")
 SUPER_USER = "admin"
 DAYS = 365
@@ -137,6 +159,33 @@ allow.everyone.if.no.acl.found=false
             ca_file=self.ca_file,
         )
 
+    async def add_user(self, bootstrap_servers: str, user: str) -> KafkaConnection:
+        """Create `user` (SCRAM-SHA-512, a random password in its file) on the running
+        broker, as the super user; its connection, once the broker takes it."""
+        path = self.password_file(user)
+        if not path.exists():
+            path.write_text(secrets.token_hex(16) + "\n")
+            path.chmod(0o600)
+        salt = secrets.token_bytes(32)
+        salted = hashlib.pbkdf2_hmac("sha512", self.password(user).encode(), salt, ITERATIONS)
+        upsert: list[tuple[Any, ...]] = [(user, MECHANISM_CODE, ITERATIONS, salt, salted, {})]
+        await _alter_scram(self.connection(bootstrap_servers), [], upsert)
+        connection = self.connection(bootstrap_servers, user)
+        deadline = time.monotonic() + 30
+        while True:  # until the credential has reached the broker from the controller
+            try:
+                await check_connection(connection, timeout=10)
+                return connection
+            except KafkaAccessError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+
+    async def remove_user(self, bootstrap_servers: str, user: str) -> None:
+        """Delete the credential `add_user` made, and its password file."""
+        await _alter_scram(self.connection(bootstrap_servers), [(user, MECHANISM_CODE, {})], [])
+        self.password_file(user).unlink(missing_ok=True)
+
     def environment(self, bootstrap_servers: str, user: str) -> dict[str, str]:
         """PAIRSTREAM_ settings that connect a worker, a Spark job or a tool as `user`."""
         return {
@@ -147,3 +196,79 @@ allow.everyone.if.no.acl.found=false
             "PAIRSTREAM_KAFKA_PASSWORD_FILE": str(self.password_file(user)),
             "PAIRSTREAM_KAFKA_CA_FILE": str(self.ca_file),
         }
+
+
+# AlterUserScramCredentials (KIP-554), which aiokafka does not have: version 0, the only one.
+
+
+class _AlterUserScramCredentialsResponse(Response):  # type: ignore[misc]
+    API_KEY = 51
+    API_VERSION = 0
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        (
+            "results",
+            CompactArray(
+                ("user", CompactString("utf-8")),
+                ("error_code", Int16),
+                ("error_message", CompactString("utf-8")),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("tags", TaggedFields),
+    )
+
+
+class _AlterUserScramCredentialsRequest(RequestStruct):  # type: ignore[misc]
+    FLEXIBLE_VERSION = True
+    API_KEY = 51
+    API_VERSION = 0
+    RESPONSE_TYPE = _AlterUserScramCredentialsResponse
+    SCHEMA = Schema(
+        (
+            "deletions",
+            CompactArray(
+                ("name", CompactString("utf-8")), ("mechanism", Int8), ("tags", TaggedFields)
+            ),
+        ),
+        (
+            "upsertions",
+            CompactArray(
+                ("name", CompactString("utf-8")),
+                ("mechanism", Int8),
+                ("iterations", Int32),
+                ("salt", CompactBytes),
+                ("salted_password", CompactBytes),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("tags", TaggedFields),
+    )
+
+
+class _AlterUserScramCredentials(Request[_AlterUserScramCredentialsRequest]):  # type: ignore[misc]
+    API_KEY = 51
+
+    def __init__(self, deletions: list[tuple[Any, ...]], upsertions: list[tuple[Any, ...]]):
+        self._deletions = deletions
+        self._upsertions = upsertions
+
+    def build(
+        self, request_struct_class: type[_AlterUserScramCredentialsRequest]
+    ) -> _AlterUserScramCredentialsRequest:
+        return request_struct_class(self._deletions, self._upsertions, {})
+
+
+async def _alter_scram(
+    admin: KafkaConnection, deletions: list[tuple[Any, ...]], upsertions: list[tuple[Any, ...]]
+) -> None:
+    client = AIOKafkaClient(**admin.aiokafka())
+    await client.bootstrap()
+    try:
+        request = _AlterUserScramCredentials(deletions, upsertions)
+        response: Any = await client.send(client.get_random_node(), request)
+        for user, error_code, message, _ in response.results:
+            if error_code:
+                raise for_code(error_code)(f"SCRAM credential of {user!r}: {message}")
+    finally:
+        await client.close()

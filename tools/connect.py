@@ -14,10 +14,11 @@ Maven resolves (the broker's Kafka version; docs/cdc.md).
     python -m tools.connect resolve     resolve the jars only
 
 The worker connects to Kafka as every client of the project does (PAIRSTREAM_BROKER and
-PAIRSTREAM_KAFKA_*). Its group is pairstream-<name>, its config, offset and status topics
-pairstream-<name>-configs|-offsets|-status. Worker files, pid and log live in
-.run/connect/<name>/; jars in .cache/connect/ (the Debezium plugin in a folder of its own,
-which Connect loads in its own class loader).
+PAIRSTREAM_KAFKA_*); on a secured broker, as a principal holding `connect_permissions`
+(`python -m tools.kafka_acls connect`, docs/deploy.md). Its group is pairstream-<name>,
+its config, offset and status topics pairstream-<name>-configs|-offsets|-status. Worker
+files, pid and log live in .run/connect/<name>/; jars in .cache/connect/ (the Debezium
+plugin in a folder of its own, which Connect loads in its own class loader).
 
 The connector's file, deploy/connect/events-postgres.json, beyond the table, slot and
 publication: `offset.mismatch.strategy=trust_offset` fails the task when the slot is
@@ -53,6 +54,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 from pydantic import SecretStr
 
+from app.kafka.access import Operation, Pattern, Permission, ResourceType
 from app.kafka.connection import KafkaConnection
 from app.settings import ROOT
 from app.settings import settings as app_settings
@@ -143,6 +145,55 @@ class Database:
             user=self.user,
             password=self.password.get_secret_value(),
         )
+
+
+def connect_permissions(
+    worker: Worker, topic_prefix: str, connector: str | None = None
+) -> list[Permission]:
+    """Exactly the ACLs the principal of `worker` needs to run the connector named
+    `connector` (default: the repository's, deploy/connect/events-postgres.json) with
+    exactly-once source support (KIP-618), writing its change topics under
+    `topic_prefix` (the connector's topic.prefix). Kafka's table of them is in its
+    docs/connect.html, "ACL requirements"; every producer is idempotent, which needs no
+    cluster ACL since Kafka 2.8.
+
+    - READ on the group `worker.group_id`: the workers join it and elect the leader.
+    - READ, WRITE, CREATE on each internal topic (configs, offsets, status): the worker
+      creates them when missing and reads and writes all three; the tasks write their
+      offsets to the offsets topic in their transactions and read them back
+      (read_committed). DESCRIBE_CONFIGS on each: at its start the worker checks that
+      each is compacted (cleanup.policy=compact); without it Connect skips the check
+      (it logs "Unable to use admin client to verify the cleanup policy") and would
+      run on a topic that deletes configurations and offsets.
+    - WRITE on the transactional id `connect-cluster-<group id>`: the leader writes
+      the config topic in transactions under it, which fences a former leader.
+    - WRITE on transactional ids prefixed `<group id>-<connector>-`: each task's
+      producer is `<group id>-<connector>-<task id>`, and the leader fences the
+      producers of a former generation of the tasks under the same ids.
+    - WRITE and CREATE on topics prefixed `<topic prefix>.`: Debezium writes
+      `<prefix>.<schema>.<table>` (here `<prefix>.public.events`), and Connect creates
+      it (topic.creation.default.*) when missing.
+
+    DESCRIBE, which Kafka's table also lists on the transactional ids and the offsets
+    topic, is implied by READ and WRITE: the broker allows it to a principal holding
+    either."""
+    name = load_connector().name if connector is None else connector
+    topic, txn = ResourceType.TOPIC, ResourceType.TRANSACTIONAL_ID
+    internal = (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DESCRIBE_CONFIGS)
+    return [
+        Permission(ResourceType.GROUP, worker.group_id, Operation.READ),
+        *(
+            Permission(topic, internal_topic, operation)
+            for internal_topic in worker.topics.values()
+            for operation in internal
+        ),
+        Permission(txn, f"connect-cluster-{worker.group_id}", Operation.WRITE),
+        Permission(txn, f"{worker.group_id}-{name}-", Operation.WRITE, Pattern.PREFIXED),
+        *(
+            Permission(topic, f"{topic_prefix}.", operation, Pattern.PREFIXED)
+            for operation in (Operation.WRITE, Operation.CREATE)
+        ),
+    ]
 
 
 class ConnectError(RuntimeError):
@@ -425,6 +476,9 @@ CAUSES: tuple[tuple[str, re.Pattern[str], str | None], ...] = (
         r"permission denied[^\n]*|must be superuser or[^\n]*|must have REPLICATION[^\n]*"), None),
     ("PostgreSQL not set up for logical replication", re.compile(
         r"logical decoding requires wal_level[^\n]*"), None),
+    ("Kafka ACL missing", re.compile(r"Not authorized to [^\n]*"), None),
+    ("Kafka ACL missing", re.compile(
+        r"(?:Topic|Group|TransactionalId|Cluster)AuthorizationException: [^\n]*"), None),
 )  # fmt: skip
 
 

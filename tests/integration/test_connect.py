@@ -1,7 +1,9 @@
 """Debezium's PostgreSQL connector on a Kafka Connect worker of tools/connect.py, against
 the real broker and a PostgreSQL cluster of tools/postgres.py: committed rows reach the
 change topic once each, exact, and rolled-back ones never; a restart of PostgreSQL is
-survived; a dropped publication or slot is reported with its cause."""
+survived; a dropped publication or slot is reported with its cause. On the secured broker,
+a worker holding only its own ACLs (connect_permissions) runs the connector, and without
+WRITE on the change topics its task delivers nothing and fails saying so."""
 
 from __future__ import annotations
 
@@ -22,10 +24,13 @@ from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from pydantic import SecretStr
 
+from app.kafka.access import Operation, Pattern, Permission, ResourceType
 from app.kafka.admin import read_committed
 from app.kafka.connection import KafkaConnection
 from app.settings import ROOT, Settings
+from tools import broker as local_broker
 from tools import connect, postgres
+from tools.kafka_acls import grant, revoke
 from tools.ports import free_port
 
 pytestmark = pytest.mark.broker
@@ -53,15 +58,16 @@ def worker(broker: str) -> Iterator[connect.Worker]:
     finally:
         connect.stop(worker)
         shutil.rmtree(worker.home, ignore_errors=True)
-        asyncio.run(_delete_topics(broker, worker.group_id))
+        asyncio.run(_delete_topics(KafkaConnection(broker), worker.group_id))
 
 
-async def _delete_topics(broker: str, prefix: str) -> None:
-    """The worker's own topics and its change topic: all named after its group."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+async def _delete_topics(kafka: KafkaConnection, *prefixes: str) -> None:
+    """The worker's own topics and its change topic: named after its group, or `prefixes`."""
+    admin = AIOKafkaAdminClient(**kafka.aiokafka())
     await admin.start()
     try:
-        doomed = [topic for topic in await admin.list_topics() if topic.startswith(prefix)]
+        topics = await admin.list_topics()
+        doomed = [topic for topic in topics if topic.startswith(prefixes)]
         if doomed:
             await admin.delete_topics(doomed)
     finally:
@@ -225,3 +231,77 @@ def test_committed_rows_arrive_once_and_failures_say_why(
     )
     password = database.password.get_secret_value()
     assert password not in worker.log_file.read_text() + checked.stdout + checked.stderr
+
+
+def test_connect_runs_the_connector_with_only_its_acls_on_the_secured_broker(
+    secure_broker: list[local_broker.Node], database: postgres.Cluster
+) -> None:
+    """A SCRAM user of its own holding exactly connect_permissions: the worker starts and
+    the connector's rows arrive (read_committed). WRITE on the change topics taken away:
+    the next row is not delivered, and the task fails naming the refusal. Granted again
+    and the worker restarted (its topics exist now, so it checks their cleanup policy),
+    the row arrives, once, and Connect logged no other refusal."""
+    tag = uuid.uuid4().hex[:8]
+    security = local_broker.security(secure_broker[0].name)
+    bootstrap = local_broker.bootstrap_servers(secure_broker)
+    admin = security.connection(bootstrap)
+    env = security.environment(bootstrap, "admin")  # the change topic read as the super user
+    conf = Settings(**{k.removeprefix("PAIRSTREAM_").lower(): v for k, v in env.items()})
+    user, worker = f"connect-{tag}", connect.Worker(f"acl-{tag}", free_port())
+    repo = connect.load_connector()
+    prefix = f"acl{tag}"
+    # The failed task's transaction stays open until it times out, and Debezium's stop
+    # reads the offsets behind it (read_committed) before the task shows FAILED: 10 s,
+    # not the producer's default of 60.
+    timeout = {"producer.override.transaction.timeout.ms": "10000"}
+    config = {**repo.config, "topic.prefix": prefix, "slot.name": f"slot_{tag}", **timeout}
+    connector = connect.Connector(f"events-{tag}", config)
+    permissions = connect.connect_permissions(worker, prefix, connector.name)
+    kafka = asyncio.run(security.add_user(bootstrap, user))
+    asyncio.run(grant(admin, f"User:{user}", permissions))
+    app = postgres.dsn(database)
+    source = connect.postgres_database(database.name, database.port)
+    insert = "INSERT INTO events VALUES ('{}', 'A', '2024-02-09 21:00:0{}+00', {})"
+    started = time.monotonic()
+    try:
+        connect.start(worker, kafka, timeout=180)
+        connect.register(worker, source, connector)
+        assert connect.check(worker, connector, source, timeout=120).running
+        _execute(app, *(insert.format(f"r-{i}", i, i) for i in range(3)))
+        assert sorted(_rows(asyncio.run(_changes(conf, connector, 3)))) == ["r-0", "r-1", "r-2"]
+        print(f"\nrows delivered {time.monotonic() - started:.1f} s after the start")
+        refusals = ("Unable to use admin client", "AuthorizationException", "Not authorized")
+        assert [line for line in worker.log_file.read_text().splitlines()
+                if any(refusal in line for refusal in refusals)] == []  # fmt: skip
+
+        write = Permission(ResourceType.TOPIC, f"{prefix}.", Operation.WRITE, Pattern.PREFIXED)
+        assert write in permissions
+        asyncio.run(revoke(admin, f"User:{user}", [write]))
+        _execute(app, insert.format("denied", 5, 5))
+        failure = _failure(worker, connector.name, timeout=60)
+        print(f"without {write}: {failure} ({time.monotonic() - started:.1f} s)")
+        assert failure == (
+            "task 0 FAILED: Kafka ACL missing: Not authorized to access topics:"
+            f" [{connector.change_topic}]"
+        )
+        checked = connect.check(worker, connector, source, timeout=30)
+        assert not checked.running and checked.failure == failure, checked
+        assert sorted(_rows(asyncio.run(_changes(conf, connector, 3)))) == ["r-0", "r-1", "r-2"]
+
+        asyncio.run(grant(admin, f"User:{user}", [write]))
+        log_before = len(worker.log_file.read_text().splitlines())
+        connect.stop(worker, grace=10)
+        connect.start(worker, kafka, timeout=180)  # the failed task starts again with it
+        assert connect.check(worker, connector, source, timeout=120).running
+        rows = _rows(asyncio.run(_changes(conf, connector, 4)))  # each once
+        assert sorted(rows) == ["denied", "r-0", "r-1", "r-2"]
+        restarted = worker.log_file.read_text().splitlines()[log_before:]
+        # TopicAdmin logs at info (connect/log4j2.properties): the cleanup policy checked.
+        assert [line for line in restarted if any(refusal in line for refusal in refusals)] == []
+        print(f"delivered once after the restart ({time.monotonic() - started:.1f} s)")
+    finally:
+        connect.stop(worker, grace=5)
+        shutil.rmtree(worker.home, ignore_errors=True)
+        asyncio.run(revoke(admin, f"User:{user}", permissions))
+        asyncio.run(security.remove_user(bootstrap, user))
+        asyncio.run(_delete_topics(admin, worker.group_id, f"{prefix}."))

@@ -1,5 +1,5 @@
 """The Kafka Connect tool's pure parts: the worker's properties, the connector file and its
-placeholders, and the one-line causes of real Debezium 3.6 failures."""
+placeholders, the one-line causes of real Debezium 3.6 failures, and the worker's ACLs."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from app.kafka.access import Operation, Pattern, Permission, ResourceType
 from app.kafka.connection import KafkaConnection
-from tools import connect
+from tools import connect, kafka_acls
 
 PLUGINS = Path("/plugins")
 
@@ -49,6 +50,23 @@ lastSnapshotRecord=true, lastCompletelyProcessedLsn=null, lastCommitLsn=null], b
 longer available on the server. Reconfigure the connector to use a snapshot mode when needed.
 \tat io.debezium.connector.common.BaseSourceTask.validateSchemaHistory(BaseSourceTask.java:164)
 \tat io.debezium.connector.postgresql.PostgresConnectorTask.start(PostgresConnectorTask.java:181)
+"""
+# A task whose principal lost WRITE on the change topics (exactly-once source support).
+NOT_AUTHORIZED = """\
+org.apache.kafka.connect.errors.ConnectException: Failed to flush offsets and/or records for \
+task events-29f9fe21-0
+\tat org.apache.kafka.connect.runtime.ExactlyOnceWorkerSourceTask.maybeWrapProducerSendException(\
+ExactlyOnceWorkerSourceTask.java:355)
+\tat java.base/java.lang.Thread.run(Thread.java:840)
+Caused by: org.apache.kafka.common.errors.TopicAuthorizationException: Not authorized to access \
+topics: [acl29f9fe21.public.events]
+"""
+# The same, its task started afresh: it looks the change topic up before it writes.
+NOT_AUTHORIZED_TO_DESCRIBE = """\
+org.apache.kafka.connect.errors.ConnectException: Not authorized to describe topic(s) \
+'exp9592c954.public.events' on the brokers 127.0.0.1:9394
+\tat org.apache.kafka.connect.util.TopicAdmin.describeTopics(TopicAdmin.java:502)
+Caused by: org.apache.kafka.common.errors.TopicAuthorizationException: Topic authorization failed.
 """
 # Errors of PUT /connector-plugins/<class>/config/validate, as register joins them.
 VALIDATION_PASSWORD = (
@@ -105,6 +123,21 @@ PSYCOPG_PASSWORD = (
         (
             PSYCOPG_PASSWORD,
             'authentication failed: password authentication failed for user "debezium"',
+        ),
+        (
+            NOT_AUTHORIZED,
+            "Kafka ACL missing: Not authorized to access topics: [acl29f9fe21.public.events]",
+        ),
+        (
+            NOT_AUTHORIZED_TO_DESCRIBE,
+            "Kafka ACL missing: Not authorized to describe topic(s) 'exp9592c954.public.events'"
+            " on the brokers 127.0.0.1:9394",
+        ),
+        (
+            "org.apache.kafka.common.errors.TransactionalIdAuthorizationException: Transactional"
+            " Id authorization failed.",
+            "Kafka ACL missing: TransactionalIdAuthorizationException: Transactional Id"
+            " authorization failed.",
         ),
         (
             "org.apache.kafka.connect.errors.ConnectException: boom\n\tat a.b(C.java:1)\n"
@@ -308,3 +341,61 @@ def test_start_refuses_a_taken_rest_port(tmp_path: Path, monkeypatch: pytest.Mon
         with pytest.raises(SystemExit, match=f"REST port {port} is taken by another process"):
             connect.start(connect.Worker("unit", port), KafkaConnection("127.0.0.1:1"), timeout=1)
     assert not (tmp_path / "unit").exists()
+
+
+def _allowed(permissions: list[Permission], kind: ResourceType, name: str) -> set[Operation]:
+    return {p.operation for p in permissions if p.resource is kind and p.covers(name)}
+
+
+def test_connect_permissions_cover_its_topics_group_and_transactional_ids() -> None:
+    worker = connect.Worker("connect")
+    permissions = connect.connect_permissions(worker, "pairstream")
+    topic, txn = ResourceType.TOPIC, ResourceType.TRANSACTIONAL_ID
+    assert len(permissions) == len(set(permissions)) == 17  # what docs/deploy.md lists
+    assert _allowed(permissions, ResourceType.GROUP, "pairstream-connect") == {Operation.READ}
+    internal = {Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DESCRIBE_CONFIGS}
+    for name in ("pairstream-connect-configs", "pairstream-connect-offsets",
+                 "pairstream-connect-status"):  # fmt: skip
+        assert _allowed(permissions, topic, name) == internal, name
+    # The change topic of the repository's connector, and any other table's under the prefix.
+    change = connect.load_connector().change_topic
+    assert change == "pairstream.public.events"
+    assert _allowed(permissions, topic, change) == {Operation.WRITE, Operation.CREATE}
+    assert _allowed(permissions, topic, "pairstream.public.other") == {
+        Operation.WRITE,
+        Operation.CREATE,
+    }
+    # Not the pairstream workers' topics, nor another Connect worker's.
+    for name in ("pairstream-pairing-state-changelog", "events", "pairstream-other-offsets"):
+        assert _allowed(permissions, topic, name) == set(), name
+    # The leader's transactional id, and the task's: <group id>-<connector>-<task id>.
+    assert _allowed(permissions, txn, "connect-cluster-pairstream-connect") == {Operation.WRITE}
+    assert _allowed(permissions, txn, "pairstream-connect-events-postgres-0") == {Operation.WRITE}
+    assert _allowed(permissions, txn, "pairstream-connect-other-connector-0") == set()
+    assert _allowed(permissions, txn, "pairstream-") == set()
+    assert not [p for p in permissions if p.resource is ResourceType.CLUSTER]
+    prefixed = {(p.resource, p.name) for p in permissions if p.pattern is Pattern.PREFIXED}
+    assert prefixed == {(topic, "pairstream."), (txn, "pairstream-connect-events-postgres-")}
+
+
+def test_connect_permissions_follow_the_worker_and_the_connector() -> None:
+    permissions = connect.connect_permissions(connect.Worker("cdc"), "shop", "orders")
+    topic, txn = ResourceType.TOPIC, ResourceType.TRANSACTIONAL_ID
+    assert _allowed(permissions, ResourceType.GROUP, "pairstream-cdc") == {Operation.READ}
+    assert Operation.WRITE in _allowed(permissions, topic, "pairstream-cdc-offsets")
+    assert _allowed(permissions, topic, "shop.public.events") == {Operation.WRITE, Operation.CREATE}
+    assert _allowed(permissions, topic, "pairstream.public.events") == set()
+    assert _allowed(permissions, txn, "connect-cluster-pairstream-cdc") == {Operation.WRITE}
+    assert _allowed(permissions, txn, "pairstream-cdc-orders-0") == {Operation.WRITE}
+
+
+def test_kafka_acls_lists_connects_without_granting(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kafka_acls, "grant", None)  # --list grants nothing
+    kafka_acls.main(["connect", "User:connect", "--connect-name", "cdc", "--topic-prefix", "shop",
+                     "--list"])  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    expected = connect.connect_permissions(connect.Worker("cdc"), "shop", "events-postgres")
+    assert lines == [f"User:connect: {permission}" for permission in expected]
+    assert "User:connect: WRITE on TOPIC prefix 'shop.'" in lines
