@@ -29,7 +29,7 @@ delivery: setup       ## once-only delivery: 10,000 orders, every mode, 5 kills 
 	PAIRSTREAM_DELIVERY_ORDERS=10000 PAIRSTREAM_DELIVERY_KILLS=5 $(PY) -m pytest -m "broker or long" -s \
 	  tests/integration/test_delivery.py
 
-bench: setup          ## the benchmark suite (about 26 minutes here), with a py-spy profile; writes docs/BENCHMARKS.md
+bench: setup postgres ## the benchmark suite (about 26 minutes here), with a py-spy profile; writes docs/BENCHMARKS.md
 	$(PY) -m bench --profile .run/bench-profile.txt
 
 test: setup browser podman postgres  ## run every test (starts a broker if none is running); a test still running after 15 minutes fails

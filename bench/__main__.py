@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.cdc import chain, run_cdc_latency, run_cdc_throughput
 from bench.ceiling import consume_produce
 from bench.latency import (
     DEFAULT_COMMIT_INTERVAL,
@@ -62,6 +63,7 @@ class Plan:
     pending: list[int]
     transaction_pairs: int
     workers: list[int]
+    cdc_rates: list[float]  # rows/s offered to the change data capture chain
     timeout: float
     profile_to: Path | None
 
@@ -173,8 +175,20 @@ async def restarts(plan: Plan, results: Results) -> None:
         results.restart.append(await run_restart(plan.bootstrap, count, plan.timeout))
 
 
+async def cdc(plan: Plan, results: Results) -> None:
+    """The change data capture chain on a PostgreSQL and a Connect worker of its own:
+    `plan.rounds` runs over the workload, each beside a JSON run; then its latency."""
+    async with chain(plan.bootstrap) as on:
+        for round_ in range(1, plan.rounds + 1):
+            print(f"CDC chain and JSON, run {round_} ...", flush=True)
+            results.cdc_throughput.append(await run_cdc_throughput(on, plan.records, plan.timeout))
+        print("latency, CDC chain ...", flush=True)
+        offered = [Level(rate) for rate in plan.cdc_rates]
+        results.cdc_latency = await run_cdc_latency(on, offered, plan.level_seconds)
+
+
 PARTS: list[Part] = [
-    throughput_and_peer, latency, transactions, profiled, workers, ceiling, restarts
+    throughput_and_peer, latency, cdc, transactions, profiled, workers, ceiling, restarts
 ]  # fmt: skip
 
 
@@ -257,6 +271,7 @@ def main(argv: list[str] | None = None) -> None:
         pending,
         repeats,
         [2] if args.smoke else [1, 2],
+        [500.0] if args.smoke else [1_000.0, 5_000.0],
         120 if args.smoke else 3600,
         args.profile,
     )

@@ -15,10 +15,10 @@ import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import suppress
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
@@ -148,39 +148,87 @@ def pair_id_of(value: bytes) -> str:
     return "A" + value.rsplit(ID_FIELD, 1)[1][1:-2].decode()
 
 
+def partner_time(number: int) -> datetime:
+    """Key `number`'s timestamp, its own."""
+    return BASE_TIME + number * SPACING
+
+
 def append_partners(sink: BatchedSink, number: int) -> str:
     """Key `number`'s A and B, each to a partition at random, as aiokafka's partitioner
     sends a record with no key; the A's id, by which its pair is known."""
-    stamp = (BASE_TIME + number * SPACING).strftime("%Y-%m-%d %H:%M:%S.%f")
+    stamp = partner_time(number).strftime("%Y-%m-%d %H:%M:%S.%f")
     for kind in ("A", "B"):
         value = f'{{"type":"{kind}","timestamp":"{stamp}","value":1,"id":"{kind}-{number}"}}'
         sink.append(random.randrange(INPUT_PARTITIONS), None, value.encode())
     return f"A-{number}"
 
 
-async def offer(
-    producer: AIOKafkaProducer, topic: str, rate: float, seconds: float, first: int
-) -> dict[str, float]:
-    """Partners at `rate` events/s for `seconds`: when each pair's second event was handed
-    to the producer, by the first event's id. What is due is handed over every `TICK`, in
-    one batch per partition: through `send`, an await per record, the generator took
-    39-58% of a core at 8,000 events/s, beside the worker on this machine's two."""
+async def paced(rate: float, seconds: float, first: int) -> AsyncIterator[range]:
+    """The keys due, every `TICK` for `seconds`, from `first` on, at `rate` events/s (two
+    events a key): what a load hands over at once."""
     keys_per_second = rate / 2
-    sent: dict[str, float] = {}
-    sink = BatchedSink(producer, topic)
     started = time.monotonic()
     n = first
     while (elapsed := time.monotonic() - started) < seconds:
-        due = first + int(elapsed * keys_per_second)
-        keys = [append_partners(sink, number) for number in range(n, due)]
-        n = max(n, due)
-        await sink.hand_over()
-        handed_over = time.monotonic()
-        for key in keys:
-            sent[key] = handed_over
+        due = max(n, first + int(elapsed * keys_per_second))
+        yield range(n, due)
+        n = due
         await asyncio.sleep(TICK)
-    await sink.delivered()
-    return sent
+
+
+class Load(Protocol):
+    """What the latency part offers an app: partners at a rate, each pair's second event
+    handed over when its A id is noted (the monotonic clock)."""
+
+    async def first(self) -> str:
+        """One pair, delivered; its A id."""
+        ...
+
+    async def offer(self, rate: float, seconds: float, first: int) -> dict[str, float]:
+        """Keys `first`, `first + 1`, ... at `rate` events/s for `seconds`: when each
+        pair's second event was handed over, by its A id."""
+        ...
+
+
+@dataclass
+class KafkaLoad:
+    """Partners produced to an input topic."""
+
+    producer: AIOKafkaProducer
+    topic: str
+
+    async def first(self) -> str:
+        sink = BatchedSink(self.producer, self.topic)
+        first_pair = append_partners(sink, 0)
+        await sink.hand_over()
+        await sink.delivered()
+        return first_pair
+
+    async def offer(self, rate: float, seconds: float, first: int) -> dict[str, float]:
+        """What is due is handed over every `TICK`, in one batch per partition: through
+        `send`, an await per record, the generator took 39-58% of a core at 8,000
+        events/s, beside the worker on this machine's two."""
+        sent: dict[str, float] = {}
+        sink = BatchedSink(self.producer, self.topic)
+        async for numbers in paced(rate, seconds, first):
+            keys = [append_partners(sink, number) for number in numbers]
+            await sink.hand_over()
+            handed_over = time.monotonic()
+            sent.update((key, handed_over) for key in keys)
+        await sink.delivered()
+        return sent
+
+
+@asynccontextmanager
+async def kafka_load(bootstrap: str, topic: str) -> AsyncIterator[KafkaLoad]:
+    producer = AIOKafkaProducer(
+        **KafkaConnection(bootstrap).aiokafka(), enable_idempotence=True, linger_ms=5
+    )
+    await producer.start()
+    try:
+        yield KafkaLoad(producer, topic)
+    finally:
+        await producer.stop()
 
 
 # The A ids of the pairs an app made visible, a poll's at a time: how the latency part
@@ -208,8 +256,7 @@ async def visible(
 
 
 async def measure_levels(
-    bootstrap: str,
-    topic: str,
+    load: Load,
     pairs: PairIds,
     setup: Setup,
     offered: list[Level],
@@ -217,22 +264,14 @@ async def measure_levels(
     watched: Watched,
     timings: Timings | None = None,
 ) -> list[LatencyResult]:
-    """Each level in turn into `topic`, a running app's input, for `seconds`; `pairs`
+    """Each level in turn offered by `load` to a running app, for `seconds`; `pairs`
     what it made visible. One pair first, until visible: the app's start and first
     assignment, which the warm-up need not cover, stay out of the figures. `timings`, if
     given, keeps when each pair measured was sent and seen."""
-    producer = AIOKafkaProducer(
-        **KafkaConnection(bootstrap).aiokafka(), enable_idempotence=True, linger_ms=5
-    )
     seen: dict[str, float] = {}
     reading = asyncio.ensure_future(note_visible(pairs, seen))
-    await producer.start()
     try:
-        sink = BatchedSink(producer, topic)
-        first_pair = append_partners(sink, 0)
-        await sink.hand_over()
-        await sink.delivered()
-        await visible([first_pair], seen, READY_SECONDS, reading)
+        await visible([await load.first()], seen, READY_SECONDS, reading)
         results = []
         first = 1
         cpu = CpuShares(watched.pids)
@@ -240,7 +279,7 @@ async def measure_levels(
             with collector_paused():
                 commits_before = await watched.commits() if watched.commits else None
                 cpu.start()
-                sent = await offer(producer, topic, level.rate, seconds, first)
+                sent = await load.offer(level.rate, seconds, first)
                 shares = cpu.shares()
                 commit_rate = commit_mean = None
                 if watched.commits and commits_before is not None:
@@ -274,7 +313,6 @@ async def measure_levels(
         reading.cancel()
         with suppress(asyncio.CancelledError):
             await reading
-        await producer.stop()
 
 
 async def pairstream_pairs(reader: OutputReader) -> PairIds:
@@ -390,10 +428,9 @@ async def run_latency(
     worker = start_worker(log_path, run.env)
     try:
         await wait_ready(log_path, worker)
-        async with OutputReader(conf) as reader:
+        async with OutputReader(conf) as reader, kafka_load(bootstrap, conf.events_topic) as load:
             results = await measure_levels(
-                bootstrap,
-                conf.events_topic,
+                load,
                 pairstream_pairs(reader),
                 setup,
                 offered,
@@ -430,16 +467,16 @@ async def run_wait_profile(
         await asyncio.gather(*(reader.start() for reader in readers))
         reading = asyncio.gather(timed_input(events, timings), timed_keyed(keyed, timings))
         await wait_ready(log_path, worker)
-        await measure_levels(
-            bootstrap,
-            conf.events_topic,
-            timed_pairs(pairs, timings),
-            setup,
-            [level],
-            seconds,
-            worker_watched(bootstrap, worker.pid, run),
-            timings,
-        )
+        async with kafka_load(bootstrap, conf.events_topic) as load:
+            await measure_levels(
+                load,
+                timed_pairs(pairs, timings),
+                setup,
+                [level],
+                seconds,
+                worker_watched(bootstrap, worker.pid, run),
+                timings,
+            )
     finally:
         if reading is not None:
             reading.cancel()
@@ -472,15 +509,15 @@ async def run_quix_latency(
     consumer = committed_reader(bootstrap, sink)
     try:
         await consumer.start()
-        results = await measure_levels(
-            bootstrap,
-            source,
-            quix_pairs(consumer),
-            setup,
-            offered,
-            seconds,
-            Watched(watched_pids(bootstrap, app.pid)),
-        )
+        async with kafka_load(bootstrap, source) as load:
+            results = await measure_levels(
+                load,
+                quix_pairs(consumer),
+                setup,
+                offered,
+                seconds,
+                Watched(watched_pids(bootstrap, app.pid)),
+            )
     except RuntimeError as exc:
         raise RuntimeError(f"{exc}; see {log_path}") from exc
     finally:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 
 from bench import profile
+from bench.cdc import CDC_SETUP, COPY_ROWS, CdcThroughput
 from bench.ceiling import CeilingResult
 from bench.latency import (
     PAIRSTREAM_DEFAULT,
@@ -77,6 +78,9 @@ class Results:
     transaction_pairs: list[tuple[PairstreamResult, PairstreamResult]] = field(default_factory=list)
     rules_only: RulesOnlyResult | None = None  # the same workload, no Kafka, no faust
     workers: list[WorkersResult] = field(default_factory=list)  # one app, 1 and 2 workers
+    # The change data capture chain: rows of a backlog, each run beside a JSON one; latency.
+    cdc_throughput: list[CdcThroughput] = field(default_factory=list)
+    cdc_latency: list[LatencyResult] = field(default_factory=list)
     side_by_side: bool = False  # the parts ran at once (a smoke run): no speed to read
 
     def add(self, part: Results) -> None:
@@ -267,6 +271,54 @@ def wait_section(parts: list[WaitPart], offered: float | None, level_seconds: fl
     )
 
 
+CDC_CPU = ("app", "Connect", "broker", "load", STOLEN)  # the latency table's, in its order
+
+
+def cdc_sections(
+    runs: list[CdcThroughput], measured: list[LatencyResult], level_seconds: float
+) -> list[str]:
+    """The chain's rate beside the JSON input's, and its latency from COMMIT."""
+    lines = section(
+        "The change data capture chain: rows from PostgreSQL",
+        "PostgreSQL 15 (`pgoutput`), Debezium's PostgreSQL connector on one Kafka Connect"
+        " worker (exactly-once source), one pairstream worker reading the change topic"
+        f" (`PAIRSTREAM_EVENTS_FORMAT=debezium`, {INPUT_PARTITIONS} partitions), at the"
+        " worker's defaults (`bench/cdc.py`, docs/cdc.md). Each run: first one worker over"
+        " the workload as JSON (as above), then the chain over the same events as rows"
+        f" (duplicates are one row), committed in transactions of {COPY_ROWS:,} while the"
+        " connector is paused, a backlog in PostgreSQL's log, then the connector resumed. A"
+        " row is through once the pairing stage has acked it (the worker's /stats), first to"
+        " last as above. CPU: from the resume to the last row through.",
+        ["run", "rows", "CDC chain: rows/s", "JSON: events/s", "CDC / JSON",
+         "backlog committed: rows/s", "CPU: worker / Connect (s)"],
+        [[str(n), f"{r.rows:,}", rate(r.rate), rate(r.json_rate), ratio(r.rate, r.json_rate),
+          rate(r.insert_rate),
+          " / ".join(f"{r.cpu.get(name, math.nan):.1f}" for name in ("worker", "Connect"))]
+         for n, r in enumerate(runs, 1)],
+    )  # fmt: skip
+    if runs:
+        chain, json = median(r.rate for r in runs), median(r.json_rate for r in runs)
+        lines += ["", f"Medians: the chain {rate(chain)} rows/s, JSON {rate(json)} events/s,"
+                  f" {ratio(chain, json)}."]  # fmt: skip
+    lines += section(
+        "The change data capture chain: latency from COMMIT",
+        f"{CDC_SETUP.app}, as above: partners inserted at fixed rates, each key's A and B row"
+        " in one transaction with the other keys due, one transaction every 5 ms, each level"
+        f" for {level_seconds:g} s, the first {WARM_UP:g} s left out; before the levels, one"
+        f" more of {level_seconds:g} s at the highest rate, not reported (Connect's JVM warms"
+        " up under load: its first seconds lagged by several seconds). Latency: from the"
+        " return of a pair's COMMIT to the pair visible to a read_committed consumer. CPU as"
+        " a share of one core: the worker, Connect, the broker, the load, and stolen.",
+        ["rows/s offered", "pairs", "p50 (s)", "p90 (s)", "p99 (s)", "max (s)",
+         "CPU: worker / Connect / broker / load / stolen"],
+        [[f"{r.level.rate:,.0f}", f"{r.pairs:,}", f"{r.p50:.3f}", f"{r.p90:.3f}",
+          f"{r.p99:.3f}", f"{r.max:.3f}",
+          " / ".join(share(r.cpu.get(name)) for name in CDC_CPU)]
+         for r in sorted(measured, key=lambda r: r.level.rate)],
+    )  # fmt: skip
+    return lines
+
+
 def level_name(result: LatencyResult) -> str:
     load = result.level.load
     return f"{result.level.rate:,.0f}/s" if load is None else f"{load:.0%}"
@@ -320,6 +372,8 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
         lines += profile_section(results.profiled, results.profiled.profile)
     lines += latency_section(results.latency, results.latency_basis, results.level_seconds)
     lines += wait_section(results.wait_profile, results.wait_rate, results.level_seconds)
+    if results.cdc_throughput or results.cdc_latency:
+        lines += cdc_sections(results.cdc_throughput, results.cdc_latency, results.level_seconds)
     lines += section(
         "Two workers against one",
         "Workers of one app started at once over the same pre-produced input, the longest"

@@ -113,6 +113,19 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
         p50, p90, p99 = (float(cell) for cell in row[1:])
         assert 0 < p50 <= p90 <= p99
     assert number(parts[2][1]) > 0  # a commit takes time
+    # The change data capture chain: one run beside a JSON one, then one latency level.
+    [chain] = table_rows(report, "The change data capture chain: rows from PostgreSQL")
+    assert chain[0] == "1" and number(chain[1]) > 2_900  # the workload's distinct events
+    assert all(cell == "-" or number(cell) > 0 for cell in chain[2:4])
+    assert number(chain[5]) > 0 and all(number(c) > 0 for c in chain[6].split(" / "))
+    [from_commit] = table_rows(report, "The change data capture chain: latency from COMMIT")
+    assert from_commit[0] == "500"
+    pairs, p50, p90, p99, worst = (number(cell) for cell in from_commit[1:6])
+    assert pairs > 0 and 0 < p50 <= p90 <= p99 <= worst
+    app, connect, broker, load, stolen = (
+        number(cell.rstrip("%")) for cell in from_commit[6].split(" / ")
+    )
+    assert app > 0 and connect > 0 and broker > 0 and load > 0 and stolen >= 0
     [workers] = table_rows(report, "Two workers against one")
     assert workers[:2] == ["2", "1"]
     # 3,000 events at 1 s commits: all committed at once, no steady rate to read.

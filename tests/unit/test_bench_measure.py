@@ -25,6 +25,7 @@ from bench.latency import (
     Timings,
     append_partners,
     levels,
+    paced,
     pair_id_of,
     wait_profile,
 )
@@ -347,3 +348,11 @@ def test_the_collector_is_off_while_timing_and_back_after() -> None:
         assert not gc.isenabled()
         assert gc.get_freeze_count() > 0  # what was there before the timing: not looked at
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+async def test_a_load_is_paced_in_keys_from_the_first_none_twice_none_ahead() -> None:
+    handed = [numbers async for numbers in paced(2_000.0, 0.2, first=5)]
+    keys = [number for numbers in handed for number in numbers]
+    assert keys[0] == 5 and keys == list(range(5, 5 + len(keys)))  # each key once, in order
+    assert len(keys) <= 200  # 1,000 keys a second (two events a key) for 0.2 s, never ahead
+    assert len(handed) > 1  # handed over in ticks, not at once
