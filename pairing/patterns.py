@@ -40,7 +40,7 @@ MICROS = 1_000_000
 # Pattern names will name topics (one per pattern): Kafka's characters for topic names.
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
 
-_COMPARE: dict[Op, Callable[[Any, Any], bool]] = {
+COMPARE: dict[Op, Callable[[Any, Any], bool]] = {
     "==": operator.eq,
     "!=": operator.ne,
     "<": operator.lt,
@@ -64,7 +64,7 @@ def compare(left: FieldValue, op: Op, right: FieldValue) -> bool:
         return False
     if isinstance(right, Decimal) and right.is_nan():
         return False
-    return _COMPARE[op](left, right)
+    return COMPARE[op](left, right)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,26 +11,15 @@ satisfy the step's own conditions (which `is_match` checks again).
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from itertools import combinations, pairwise
-from typing import Any
 
 from pairing.pattern_state import Match, PatternEvent, Position, key_text
-from pairing.patterns import EarlierField, FieldValue, Pattern, Step
+from pairing.patterns import COMPARE, EarlierField, FieldValue, Pattern, Step
 
 Assignment = tuple[tuple[int, ...], ...]  # per step, indices into the key's ordered events
 Completion = tuple[int, int, str]  # (time, 0: at an event / 1: after every event of then, identity)
-
-_OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "==": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
 
 
 def expected_matches(pattern: Pattern, events: Iterable[PatternEvent]) -> list[Match]:
@@ -166,7 +155,7 @@ def _compare(left: FieldValue, op: str, right: FieldValue) -> bool:
     numbers = (int, Decimal)
     both_text = isinstance(left, str) and isinstance(right, str)
     both_numbers = isinstance(left, numbers) and isinstance(right, numbers)
-    return (both_text or both_numbers) and _OPS[op](left, right)
+    return (both_text or both_numbers) and COMPARE[op](left, right)
 
 
 def last_before(a: Assignment | list[tuple[int, ...]], i: int) -> int | None:
