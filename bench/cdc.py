@@ -5,7 +5,9 @@ worker and one pairstream worker, to pairs.
 - Throughput: rows committed while the connector is paused (a backlog in the log, as the
   JSON part's input is pre-produced), then the connector resumed: rows per second through
   both of the worker's stages, first to last, beside one worker over the same events as
-  JSON produced to Kafka, the two runs one right after the other.
+  JSON produced to Kafka, the runs one right after the other. Before the chain's run, its
+  two halves alone on the same rows: Connect filling a change topic with no worker
+  running (which also warms its JVM up), then a worker over that topic.
 - Latency: partners inserted at fixed rates of rows, each key's A and B in one
   transaction; each pair's latency from that COMMIT's return to the pair visible to a
   read_committed consumer.
@@ -26,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+from faust.types import TP
 
-from app.kafka.admin import ensure_topics
+from app.kafka.admin import end_offsets, ensure_topics
 from app.settings import Settings
 from bench.latency import (
     DEFAULT_COMMIT_INTERVAL,
@@ -60,6 +63,8 @@ INSERT = "INSERT INTO events (id, type, ts, value) VALUES (%s, %s, %s, %s)"
 class CdcThroughput:
     rows: int
     rate: float  # rows/s through both of the worker's stages, first to last
+    connect_rate: float  # rows/s into the change topic, Connect alone
+    drain_rate: float  # rows/s through the worker over the filled change topic
     json_events: int  # the JSON run's, right before: its input, duplicates included
     json_rate: float  # events/s, first to last
     insert_rate: float  # rows/s committed into the table for the backlog
@@ -182,10 +187,48 @@ async def running_worker(cdc: CdcRun) -> AsyncIterator[int]:
         stop_worker(worker)
 
 
+async def fill_change_topic(on: Chain, cdc: CdcRun, rows: Sequence[Row], timeout: float) -> float:
+    """The rows as a backlog, the connector resumed with no worker running: rows/s into
+    the change topic, from the first seen there to the last (its partitions' last stable
+    offsets summed, a transaction's markers among them: one per partition it wrote)."""
+    set_paused(on, cdc.connector, paused=True)
+    copy_rows(on.cluster, rows)
+    partitions = [TP(cdc.connector.change_topic, p) for p in range(cdc.conf.events_partitions)]
+    set_paused(on, cdc.connector, paused=False)
+    progress = Samples()
+    started = time.monotonic()
+    while (written := sum((await end_offsets(cdc.conf, partitions)).values())) < len(rows):
+        progress.samples.append((time.monotonic() - started, written))
+        if time.monotonic() - started > timeout:
+            raise TimeoutError(f"{written:,} of {len(rows):,} rows in {cdc.connector.change_topic}")
+        await asyncio.sleep(0.1)
+    progress.samples.append((time.monotonic() - started, written))
+    return progress.through_rate(len(rows))
+
+
+async def rows_through(cdc: CdcRun, rows: int, timeout: float) -> float:
+    """Rows/s through both of the run's worker's stages (running), first to last."""
+    started = time.monotonic()
+    progress = Samples()
+    while (done := await through_pairing(cdc.run.stats_url)) < rows:
+        progress.samples.append((time.monotonic() - started, done))
+        if time.monotonic() - started > timeout:
+            raise TimeoutError(f"{done:,} of {rows:,} rows through; see {cdc.run.log_path}")
+        await asyncio.sleep(0.25)
+    progress.samples.append((time.monotonic() - started, done))
+    return progress.through_rate(rows)
+
+
 async def run_cdc_throughput(on: Chain, records: list[Record], timeout: float) -> CdcThroughput:
-    """One JSON run over `records`, then the chain over their rows."""
+    """One JSON run over `records`; Connect alone, then a worker alone, over their rows;
+    then the chain over them."""
     json_run = await run_worker(on.bootstrap, records, DEFAULT_COMMIT_INTERVAL, timeout)
     rows = rows_of(records)
+    halves = await cdc_run(on, "bench-cdc-halves")
+    connect_rate = await fill_change_topic(on, halves, rows, timeout)
+    async with running_worker(halves):
+        drain_rate = await rows_through(halves, len(rows), timeout)
+    await discard(on, halves)
     cdc = await cdc_run(on, "bench-cdc")
     set_paused(on, cdc.connector, paused=True)
     insert_rate = copy_rows(on.cluster, rows)
@@ -194,21 +237,14 @@ async def run_cdc_throughput(on: Chain, records: list[Record], timeout: float) -
         assert connect_pid is not None
         before = {"worker": cpu_seconds(pid), "Connect": cpu_seconds(connect_pid)}
         set_paused(on, cdc.connector, paused=False)
-        started = time.monotonic()
-        progress = Samples()
-        while (done := await through_pairing(cdc.run.stats_url)) < len(rows):
-            progress.samples.append((time.monotonic() - started, done))
-            if time.monotonic() - started > timeout:
-                raise TimeoutError(
-                    f"{done:,} of {len(rows):,} rows through; see {cdc.run.log_path}"
-                )
-            await asyncio.sleep(0.25)
-        progress.samples.append((time.monotonic() - started, done))
+        chain_rate = await rows_through(cdc, len(rows), timeout)
         after = {"worker": cpu_seconds(pid), "Connect": cpu_seconds(connect_pid)}
     await discard(on, cdc)
     return CdcThroughput(
         len(rows),
-        progress.through_rate(len(rows)),
+        chain_rate,
+        connect_rate,
+        drain_rate,
         json_run.events,
         json_run.through_rate,
         insert_rate,
@@ -295,7 +331,9 @@ def main(argv: list[str] | None = None) -> None:
                 print(
                     f"CDC chain {found.rate:,.0f} rows/s first to last ({found.rows:,} rows),"
                     f" JSON {found.json_rate:,.0f} events/s ({found.json_events:,} events):"
-                    f" {found.rate / found.json_rate:.2f}x; backlog committed at"
+                    f" {found.rate / found.json_rate:.2f}x; alone: Connect"
+                    f" {found.connect_rate:,.0f} rows/s, the worker {found.drain_rate:,.0f}"
+                    f" rows/s ({found.drain_rate / found.json_rate:.2f}x); backlog committed at"
                     f" {found.insert_rate:,.0f} rows/s; CPU s "
                     + ", ".join(f"{name} {cpu:.1f}" for name, cpu in found.cpu.items()),
                     flush=True,

@@ -288,10 +288,14 @@ def cdc_sections(
         f" (duplicates are one row), committed in transactions of {COPY_ROWS:,} while the"
         " connector is paused, a backlog in PostgreSQL's log, then the connector resumed. A"
         " row is through once the pairing stage has acked it (the worker's /stats), first to"
-        " last as above. CPU: from the resume to the last row through.",
+        " last as above. CPU: from the resume to the last row through. Before the chain, its"
+        " halves alone over the same rows: Connect filling a change topic with no worker"
+        " running (its JVM warmed up by it), then a worker over that topic.",
         ["run", "rows", "CDC chain: rows/s", "JSON: events/s", "CDC / JSON",
+         "alone: Connect rows/s", "alone: worker rows/s", "worker alone / JSON",
          "backlog committed: rows/s", "CPU: worker / Connect (s)"],
         [[str(n), f"{r.rows:,}", rate(r.rate), rate(r.json_rate), ratio(r.rate, r.json_rate),
+          rate(r.connect_rate), rate(r.drain_rate), ratio(r.drain_rate, r.json_rate),
           rate(r.insert_rate),
           " / ".join(f"{r.cpu.get(name, math.nan):.1f}" for name in ("worker", "Connect"))]
          for n, r in enumerate(runs, 1)],

@@ -116,8 +116,9 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     # The change data capture chain: one run beside a JSON one, then one latency level.
     [chain] = table_rows(report, "The change data capture chain: rows from PostgreSQL")
     assert chain[0] == "1" and number(chain[1]) > 2_900  # the workload's distinct events
-    assert all(cell == "-" or number(cell) > 0 for cell in chain[2:4])
-    assert number(chain[5]) > 0 and all(number(c) > 0 for c in chain[6].split(" / "))
+    # Rates of a short run can be "-"; the chain, JSON, and Connect and the worker alone.
+    assert all(cell == "-" or number(cell) > 0 for cell in (*chain[2:4], *chain[5:7]))
+    assert number(chain[8]) > 0 and all(number(c) > 0 for c in chain[9].split(" / "))
     [from_commit] = table_rows(report, "The change data capture chain: latency from COMMIT")
     assert from_commit[0] == "500"
     pairs, p50, p90, p99, worst = (number(cell) for cell in from_commit[1:6])
