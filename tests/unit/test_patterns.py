@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pairing.pattern_engine import PatternEngine
+from pairing.pattern_partition import PatternPartition
 from pairing.pattern_state import (
     Match,
     Partial,
@@ -34,6 +35,7 @@ from pairing.patterns import (
     parse_pattern,
     parse_patterns,
 )
+from pairing.watermarks import EventClock, WatermarkUpdate
 from tests.pattern_model import expected_matches
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,51 +43,53 @@ S = 1_000_000  # a second, in event time (microseconds)
 MINUTE = 60 * S
 
 
+class BytesStore:
+    """A partition's pattern states as its changelog-backed table keeps them: bytes."""
+
+    def __init__(self) -> None:
+        self.data: dict[tuple[str, str], bytes] = {}
+
+    def get(self, pattern: str, key: str) -> PatternState | None:
+        raw = self.data.get((pattern, key))
+        return None if raw is None else decode(raw)
+
+    def put(self, pattern: str, state: PatternState) -> None:
+        raw = encode(state)
+        assert decode(raw) == state
+        self.data[(pattern, state.key)] = raw
+
+    def delete(self, pattern: str, key: str) -> None:
+        del self.data[(pattern, key)]
+
+    def states(self) -> list[tuple[str, PatternState]]:
+        return [(pattern, decode(raw)) for (pattern, _), raw in self.data.items()]
+
+
 class Driver:
-    """One pattern over every key, as a worker would drive it: a state per key, created
-    at the current watermark, advanced when it is due, forgotten when idle."""
+    """One pattern over every key of a partition of one source, as a worker drives it
+    (pairing/pattern_partition.py), the watermark given directly (no lateness)."""
 
     def __init__(self, pattern: Pattern, max_partials: int = 10_000) -> None:
-        self.engine = PatternEngine(pattern, max_partials)
-        self.states: dict[str, PatternState] = {}
-        self.watermark: int | None = None
+        self.engines = [PatternEngine(pattern, max_partials)]
+        self.store = BytesStore()
+        self.partition = PatternPartition(self.engines, self.store, EventClock(), 0)
         self.matches: list[Match] = []
         self.dropped = 0
 
     def add(self, event: PatternEvent) -> Refused | None:
-        key = self.engine.key_of(event)
-        if key is None:
-            return None
-        state = self.states.get(key) or self.engine.start(key, self.watermark)
-        added = self.engine.add(state, event)
-        if isinstance(added, Refused):
-            return added
-        self.states[key] = added
-        return None
+        refused = self.partition.add(event)
+        return refused[0][1] if refused else None
 
     def advance(self, watermark: int) -> list[Match]:
-        self.watermark = watermark
-        found: list[Match] = []
-        for key, state in list(self.states.items()):
-            due = self.engine.wake_at(state)
-            if due is None or due > watermark:
-                continue  # nothing to do: wake_at says so, and this checks it
-            advanced = self.engine.advance(state, watermark)
-            found += advanced.matches
-            self.dropped += advanced.dropped
-            if self.engine.idle(advanced.state):
-                del self.states[key]
-            else:
-                self.states[key] = advanced.state
-        self.matches += found
-        return found
+        decided = self.partition.observe(WatermarkUpdate(0, 1, watermark, idle=False))
+        self.matches += decided.matches
+        self.dropped += decided.dropped
+        return list(decided.matches)
 
     def restart(self) -> None:
-        """Every state through its bytes, as after a restart from the changelog."""
-        for key, state in self.states.items():
-            again = decode(encode(state))
-            assert again == state
-            self.states[key] = again
+        """A new partition over the stored bytes, as after a restart from the changelog."""
+        clock = EventClock(1, dict(self.partition.clock.marks), self.partition.clock.watermark_us)
+        self.partition = PatternPartition(self.engines, self.store, clock, 0)
 
 
 def event(seconds: float, identity: str, **fields: Any) -> PatternEvent:
@@ -186,7 +190,7 @@ def test_a_payment_not_followed_by_a_shipment_within_two_days() -> None:
     assert sorted(m.key for m in done) == ["2", "4"]
     assert all(m.completed_at == two_days * S and m.events[1] == () for m in done)
     assert driver.advance(10 * two_days * S) == []
-    assert driver.states == {}  # every window closed: nothing left per key
+    assert driver.store.data == {}  # every window closed: nothing left per key
 
 
 RISING = """
@@ -631,7 +635,7 @@ def replay(pattern: Pattern, events: list[PatternEvent], schedule: Schedule) -> 
             driver.restart()
     assert Counter(driver.matches) == Counter(expected)
     assert driver.dropped == 0
-    assert driver.states == {}  # every window closed, every key forgotten
+    assert driver.store.data == {} and driver.partition.live_keys() == 0  # all decided
     return len(expected)
 
 

@@ -1,0 +1,149 @@
+"""Every declared pattern over one keyed partition (pairing/pattern_partition.py): over
+random patterns, streams, sources, arrival orders and restarts, the matches are the
+naive model's whatever source each event came from; late events are refused by the
+partition's watermark; an advance reads only the keys it has work for."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pairing.pattern_engine import PatternEngine
+from pairing.pattern_partition import PatternPartition
+from pairing.pattern_state import Match, PatternEvent, PatternState, Refused
+from pairing.patterns import parse_pattern
+from pairing.watermarks import EventClock, WatermarkUpdate
+from tests.pattern_model import expected_matches
+from tests.unit.test_patterns import BytesStore, S, event, patterns, streams, two_steps
+
+DISORDER = 3  # seconds an event may arrive behind the latest of its source
+LATENESS = (DISORDER + 1) * S  # the patterns' watermark lags the sources' by more
+
+
+def progress(source: int, sources: int, time: int | None, idle: bool = False) -> WatermarkUpdate:
+    return WatermarkUpdate(source, sources, time, idle)
+
+
+@st.composite
+def arrivals(draw: Any, events: list[PatternEvent]) -> tuple[int, list[tuple[int, int]]]:
+    """How many sources, and (source, event) in arrival order: each event on a source
+    drawn at random, at most DISORDER seconds behind the latest of its source; the
+    sources' arrivals interleaved at random."""
+    sources = draw(st.integers(1, 3))
+    on = draw(st.lists(st.integers(0, sources - 1), min_size=len(events), max_size=len(events)))
+    delay = draw(st.lists(st.integers(0, DISORDER), min_size=len(events), max_size=len(events)))
+
+    def arrives(n: int) -> int:
+        return events[n].time + delay[n] * S
+
+    queues = [
+        sorted((n for n in range(len(events)) if on[n] == s), key=arrives) for s in range(sources)
+    ]
+    order: list[tuple[int, int]] = []
+    while any(queues):
+        source = draw(st.sampled_from([s for s, queue in enumerate(queues) if queue]))
+        order.append((source, queues[source].pop(0)))
+    return sources, order
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(patterns(), patterns(), st.data())
+def test_the_matches_are_the_models_from_any_sources_in_any_order(
+    first: dict[str, Any], second: dict[str, Any], data: st.DataObject
+) -> None:
+    declared = [parse_pattern(first), parse_pattern({**second, "name": "q", "key": "value"})]
+    events = data.draw(streams(first))
+    sources, order = data.draw(arrivals(events))
+    restarts = data.draw(st.lists(st.booleans(), min_size=len(order), max_size=len(order)))
+    expected = [m for pattern in declared for m in expected_matches(pattern, events)]
+    engines = [PatternEngine(pattern, 10_000) for pattern in declared]
+    store = BytesStore()
+    partition = PatternPartition(engines, store, EventClock(), LATENESS)
+    heard = {source for source, _ in order}
+    for source in set(range(sources)) - heard:
+        partition.observe(progress(source, sources, None, idle=True))  # nothing there
+    latest: dict[int, int] = {}
+    matches: list[Match] = []
+    for (source, n), restart in zip(order, restarts, strict=True):
+        assert partition.add(events[n]) == []  # never late: LATENESS covers the disorder
+        latest[source] = max(latest.get(source, events[n].time), events[n].time)
+        matches += partition.observe(progress(source, sources, latest[source])).matches
+        watermark = partition.watermark
+        decided = [m for m in expected if watermark is not None and m.completed_at <= watermark]
+        assert Counter(matches) == Counter(decided)
+        if restart:
+            clock = EventClock(sources, dict(partition.clock.marks), partition.clock.watermark_us)
+            partition = PatternPartition(engines, store, clock, LATENESS)
+    for source in range(sources):
+        matches += partition.observe(progress(source, sources, 1_000 * S)).matches
+    assert Counter(matches) == Counter(expected)
+    assert store.data == {} and partition.live_keys() == 0
+
+
+def test_an_event_at_or_before_the_patterns_watermark_is_late_for_every_pattern() -> None:
+    engines = [PatternEngine(two_steps()), PatternEngine(parse_pattern(
+        {"name": "any", "key": "account", "within": 60, "step": [{"name": "one"}]}
+    ))]  # fmt: skip
+    store = BytesStore()
+    partition = PatternPartition(engines, store, EventClock(), 10 * S)
+    assert partition.add(event(0, "a", account="1", type="A")) == []
+    [single] = partition.observe(progress(0, 1, 30 * S)).matches  # the watermark: 20 s
+    assert partition.watermark == 20 * S and (single.pattern, single.events) == ("any", (("a",),))
+    # Key 1's state of the pattern "p" was not due since, so behind: the partition decides.
+    for time in (20, 5):
+        late = event(time, f"late{time}", account="1", type="B")
+        assert partition.add(late) == [("p", Refused(late, "late")), ("any", Refused(late, "late"))]
+    on_time = event(21, "b", account="1", type="B")
+    assert partition.add(on_time) == []
+    decided = partition.observe(progress(0, 1, 31 * S + 10 * S)).matches
+    # Completed at one time: in the order of the patterns' names.
+    assert [(m.pattern, m.events) for m in decided] == [("any", (("b",),)), ("p", (("a",), ("b",)))]
+    # An event no pattern keys is nobody's: neither refused nor kept.
+    assert partition.add(event(40, "c", type="A")) == []
+
+
+class CountingStore(BytesStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def get(self, pattern: str, key: str) -> PatternState | None:
+        self.reads += 1
+        return super().get(pattern, key)
+
+
+def test_an_advance_reads_only_the_keys_it_has_work_for() -> None:
+    store = CountingStore()
+    partition = PatternPartition([PatternEngine(two_steps())], store, EventClock(), 0)
+    for n in range(500):
+        partition.add(event(0, f"a{n}", account=str(n), type="A"))  # windows end at 60 s
+    partition.observe(progress(0, 1, 1 * S))  # each key's A taken into a partial
+    assert partition.live_keys() == 500
+    store.reads = 0
+    for second in range(2, 60):
+        assert partition.observe(progress(0, 1, second * S)).matches == ()
+    assert store.reads == 0
+    partition.observe(progress(0, 1, 60 * S))  # every window closes
+    assert store.reads == 500 and store.data == {} and partition.live_keys() == 0
+
+
+def test_a_partition_loads_what_its_patterns_stored_and_leaves_the_rest() -> None:
+    store = BytesStore()
+    engine = PatternEngine(two_steps())
+    partition = PatternPartition([engine], store, EventClock(), 0)
+    partition.add(event(0, "a", account="1", type="A"))
+    store.data[("retired", "1")] = store.data[("p", "1")]  # a pattern no longer declared
+    again = PatternPartition([engine], store, partition.clock, 0)
+    assert again.live_keys() == 1
+    again.add(event(1, "b", account="1", type="B"))
+    [match] = again.observe(progress(0, 1, 2 * S)).matches
+    assert match.events == (("a",), ("b",))
+    assert set(store.data) == {("retired", "1")}
+    with pytest.raises(ValueError, match="distinct names"):
+        PatternPartition([engine, engine], store, EventClock(), 0)
+    with pytest.raises(ValueError, match="lateness"):
+        PatternPartition([engine], store, EventClock(), -1)
