@@ -39,6 +39,7 @@ MAX_COUNT = 100
 MICROS = 1_000_000
 # Pattern names will name topics (one per pattern): Kafka's characters for topic names.
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")  # Kafka's rule for a topic's name
 
 COMPARE: dict[Op, Callable[[Any, Any], bool]] = {
     "==": operator.eq,
@@ -111,26 +112,57 @@ class Pattern:
         return {index: tuple(sorted(names)) for index, names in sorted(fields.items())}
 
 
+@dataclass(frozen=True, slots=True)
+class PatternInput:
+    """What a pattern file matches: JSON records of its topics, read as one stream."""
+
+    topics: tuple[str, ...]
+    time: str = "timestamp"  # the field of an event's time (the grammar's timestamps)
+    identity: str = "id"  # the field that tells events apart; unique across the topics
+
+
+@dataclass(frozen=True, slots=True)
+class PatternFile:
+    input: PatternInput | None  # None: not declared (a worker refuses such a file)
+    patterns: tuple[Pattern, ...]
+
+    def fields(self) -> frozenset[str]:
+        """The event fields any pattern reads (keys and conditions): an event keeps only
+        these, so state holds nothing that no condition looks at."""
+        read = {pattern.key for pattern in self.patterns}
+        for pattern in self.patterns:
+            for step in pattern.steps:
+                for condition in step.where:
+                    read.add(condition.field)
+                    if isinstance(condition.operand, EarlierField):
+                        read.add(condition.operand.field)
+        return frozenset(read)
+
+
 class PatternError(ValueError):
     """A pattern file the worker refuses, with the one thing wrong and where it is."""
 
 
-def load_patterns(path: Path) -> tuple[Pattern, ...]:
-    """Every pattern of a TOML file, validated; PatternError naming the first fault."""
+def load_patterns(path: Path) -> PatternFile:
+    """A worker's pattern file: its input and every pattern, validated; PatternError
+    naming the first fault."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise PatternError(f"{path}: cannot be read: {exc}") from exc
-    return parse_patterns(text, str(path))
+    declared = parse_patterns(text, str(path))
+    if declared.input is None:
+        raise PatternError(f"{path}: declares no [input]: expected its topics, e.g. topics = [...]")
+    return declared
 
 
-def parse_patterns(text: str, source: str = "patterns") -> tuple[Pattern, ...]:
+def parse_patterns(text: str, source: str = "patterns") -> PatternFile:
     try:
         # Decimal, not float: a constant 0.1 is the number 0.1, as event values are.
         doc = tomllib.loads(text, parse_float=Decimal)
     except tomllib.TOMLDecodeError as exc:
         raise PatternError(f"{source}: not valid TOML: {exc}") from exc
-    _only(doc, {"pattern"}, source)
+    _only(doc, {"input", "pattern"}, source)
     declared = doc.get("pattern")
     if not isinstance(declared, list) or not declared:
         raise PatternError(f"{source}: declares no pattern: expected [[pattern]] tables")
@@ -140,7 +172,33 @@ def parse_patterns(text: str, source: str = "patterns") -> tuple[Pattern, ...]:
         if any(p.name == pattern.name for p in patterns):
             raise PatternError(f"{source}: pattern {pattern.name!r}: name used twice")
         patterns.append(pattern)
-    return tuple(patterns)
+    return PatternFile(_input(doc["input"], source) if "input" in doc else None, tuple(patterns))
+
+
+def _input(doc: Any, source: str) -> PatternInput:
+    at = f"{source}: input"
+    if not isinstance(doc, dict):
+        raise PatternError(f"{at}: expected a table")
+    _only(doc, {"topics", "time", "identity"}, at)
+    topics = doc.get("topics")
+    if not isinstance(topics, list) or not topics:
+        raise PatternError(f"{at}: topics: expected a list of topic names, got {_shown(topics)}")
+    for number, topic in enumerate(topics, 1):
+        if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic in {".", ".."}:
+            expected = "1 to 249 of A-Z a-z 0-9 . _ -"
+            raise PatternError(f"{at}: topics[{number}]: expected {expected}, got {_shown(topic)}")
+    if len(set(topics)) != len(topics):
+        raise PatternError(f"{at}: topics: a topic named twice")
+    fields = {
+        word: doc.get(word, default)
+        for word, default in (("time", "timestamp"), ("identity", "id"))
+    }
+    for word, field in fields.items():
+        if not isinstance(field, str) or not field:
+            raise PatternError(f"{at}: {word}: expected the name of a field, got {_shown(field)}")
+    if fields["time"] == fields["identity"]:
+        raise PatternError(f"{at}: time and identity: one field for both ({fields['time']!r})")
+    return PatternInput(tuple(topics), fields["time"], fields["identity"])
 
 
 def parse_pattern(doc: Any, source: str = "patterns", number: int = 1) -> Pattern:

@@ -30,6 +30,7 @@ from pairing.patterns import (
     EarlierField,
     Pattern,
     PatternError,
+    PatternInput,
     compare,
     load_patterns,
     parse_pattern,
@@ -104,7 +105,7 @@ def run(pattern: Pattern, events: list[PatternEvent], watermark: int) -> list[Ma
 
 
 def declared(text: str) -> Pattern:
-    [pattern] = parse_patterns(text)
+    [pattern] = parse_patterns(text).patterns
     return pattern
 
 
@@ -241,9 +242,13 @@ def test_a_price_that_rises_three_times_in_a_row() -> None:
 def test_the_examples_in_the_reference_parse() -> None:
     text = (ROOT / "docs" / "patterns.md").read_text()
     blocks = re.findall(r"```toml\n(.*?)```", text, re.DOTALL)
-    assert len(blocks) >= 3
+    assert len(blocks) >= 4
     for block in blocks:
-        assert parse_patterns(block)
+        if "[[pattern]]" in block:
+            assert parse_patterns(block).patterns
+        else:  # the input table alone
+            declared = parse_patterns(block + THREE_EXPIRED)
+            assert declared.input == PatternInput(("pairstream-unpaired",))
 
 
 def _table(text: str) -> dict[str, Any]:
@@ -376,13 +381,46 @@ def test_the_file_is_toml_with_patterns_of_distinct_names(tmp_path: Path) -> Non
         parse_patterns(twice, "x.toml")
     path = tmp_path / "patterns.toml"
     path.write_text(THREE_EXPIRED + NOT_SHIPPED + RISING)
-    assert [p.name for p in load_patterns(path)] == [
+    with pytest.raises(PatternError, match=re.escape(f"{path}: declares no [input]")):
+        load_patterns(path)  # a worker needs to know what to read
+    path.write_text(INPUT + THREE_EXPIRED + NOT_SHIPPED + RISING)
+    loaded = load_patterns(path)
+    assert [p.name for p in loaded.patterns] == [
         "three-expired-a",
         "paid-not-shipped",
         "rising-price",
     ]
+    assert loaded.input == PatternInput(("pairstream-unpaired", "payments"), "timestamp", "id")
+    # An event keeps the fields some pattern reads: keys, condition fields, earlier fields.
+    assert loaded.fields() == {"value", "type", "reason", "order", "symbol", "price"}
     with pytest.raises(PatternError, match="cannot be read"):
         load_patterns(tmp_path / "missing.toml")
+
+
+INPUT = """
+[input]
+topics = ["pairstream-unpaired", "payments"]
+"""
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("input = 1", "x.toml: input: expected a table"),
+        ("[input]", "x.toml: input: topics: expected a list of topic names, got nothing"),
+        ("[input]\ntopics = []", "x.toml: input: topics: expected a list of topic names, got []"),
+        ("[input]\ntopics = ['a b']", "x.toml: input: topics[1]: expected 1 to 249 of"),
+        ("[input]\ntopics = ['..']", "x.toml: input: topics[1]: expected 1 to 249 of"),
+        ("[input]\ntopics = ['a', 'a']", "x.toml: input: topics: a topic named twice"),
+        ("[input]\ntopics = ['a']\ntime = ''", "x.toml: input: time: expected the name of a field"),
+        ("[input]\ntopics = ['a']\nidentity = 3", "x.toml: input: identity: expected the name"),
+        ("[input]\ntopics = ['a']\ntime = 'id'", "x.toml: input: time and identity: one field"),
+        ("[input]\ntopics = ['a']\nfrom = 'x'", "x.toml: input: unknown field from"),
+    ],
+)
+def test_the_input_names_its_topics_and_fields(table: str, message: str) -> None:
+    with pytest.raises(PatternError, match=re.escape(message)):
+        parse_patterns(table + "\n" + THREE_EXPIRED, "x.toml")
 
 
 def test_what_a_declaration_becomes() -> None:

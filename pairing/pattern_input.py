@@ -1,0 +1,47 @@
+"""A record of a pattern file's input topics read as a pattern event, or the reason it
+cannot be (dead-lettered and counted by the worker, as any invalid input). Pure.
+
+The record's value is one JSON object read by the grammar of every input
+(pairing/grammar.py: size, UTF-8, duplicate keys, exact and bounded numbers). Its time
+field is a timestamp as events spell theirs; its identity field an id as events give
+theirs. Of its other fields it keeps those some pattern reads (`PatternFile.fields`)
+that hold text, a number or null: a field of any other kind (true/false, a list, an
+object) is kept as missing, which no condition holds on, so it never raises later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+from decimal import Decimal
+
+from pairing.events import Rejection
+from pairing.grammar import decode_object, identity, parse_timestamp
+from pairing.pattern_state import PatternEvent
+from pairing.patterns import FieldValue, PatternInput
+
+
+def read_pattern_event(
+    raw: bytes | None, spec: PatternInput, fields: Set[str], max_bytes: int
+) -> PatternEvent | Rejection:
+    doc = decode_object(raw, max_bytes)
+    if isinstance(doc, Rejection):
+        return doc
+    if spec.time not in doc:
+        return Rejection(f"missing field {spec.time!r}")
+    parsed = parse_timestamp(doc[spec.time])
+    if isinstance(parsed, Rejection):
+        # The grammar names the field 'timestamp'; this input may call it otherwise.
+        return Rejection(parsed.reason.replace("'timestamp'", repr(spec.time), 1))
+    if spec.identity not in doc:
+        return Rejection(f"missing field {spec.identity!r}")
+    event_id = identity(doc[spec.identity], spec.identity)
+    if isinstance(event_id, Rejection):
+        return event_id
+    kept: dict[str, FieldValue] = {}
+    for name in fields & doc.keys():
+        value = doc[name]
+        if value is None or (
+            isinstance(value, str | int | Decimal) and not isinstance(value, bool)
+        ):
+            kept[name] = value
+    return PatternEvent(parsed[1], event_id, kept)

@@ -1,0 +1,63 @@
+"""A pattern file's input records read as pattern events (pairing/pattern_input.py):
+fuzzed like every input, and what a valid record becomes."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+from hypothesis import given
+
+from pairing.events import Rejection
+from pairing.pattern_input import read_pattern_event
+from pairing.pattern_state import PatternEvent
+from pairing.patterns import PatternInput
+from tests.unit.test_input_fuzz import FUZZ, MAX_BYTES, records, rejected
+
+SPEC = PatternInput(("clicks",), time="ts", identity="click")
+FIELDS = frozenset({"session", "term", "rank", "flag", "ts"})
+RECORD = {
+    "ts": ['"2024-02-09 21:00:00"', '"2024-02-09T21:00:30.5+01:00"', "17"],
+    "click": ['"c1"', "42", '""', "true"],
+    "session": ['"s1"', "7", "null", "1.50"],
+    "term": ['"shoes"', "[1]", '{"a":1}'],
+    "rank": ["3", "-0.25", "false"],
+}
+
+
+@FUZZ
+@given(records(RECORD))
+def test_every_record_is_an_event_or_rejected_with_a_reason(raw: bytes | None) -> None:
+    result = read_pattern_event(raw, SPEC, FIELDS, MAX_BYTES)
+    if isinstance(result, Rejection):
+        assert rejected(result.reason)
+        return
+    assert isinstance(result, PatternEvent) and result.identity
+    assert set(result.fields) <= FIELDS
+    for value in result.fields.values():
+        assert value is None or (type(value) in (str, int, Decimal))
+
+
+def read(doc: object) -> PatternEvent | Rejection:
+    return read_pattern_event(json.dumps(doc).encode(), SPEC, FIELDS, MAX_BYTES)
+
+
+def test_a_record_keeps_the_fields_patterns_read_of_the_kinds_they_compare() -> None:
+    event = read({
+        "ts": "2024-02-09T21:00:00.25Z", "click": 9, "session": "s1", "rank": 2.5,
+        "term": ["a"], "flag": True, "other": "not read by any pattern",
+    })  # fmt: skip
+    assert event == PatternEvent(
+        1707512400250000,
+        "9",
+        {"session": "s1", "rank": Decimal("2.5"), "ts": "2024-02-09T21:00:00.25Z"},
+    )
+
+
+def test_a_record_without_its_time_or_identity_is_refused_naming_the_field() -> None:
+    assert read({"click": "c"}) == Rejection("missing field 'ts'")
+    assert read({"ts": 5, "click": "c"}) == Rejection("field 'ts' is not a string: 5")
+    assert read({"ts": "2024-02-09 21:00:00"}) == Rejection("missing field 'click'")
+    refused = read({"ts": "2024-02-09 21:00:00", "click": True})
+    assert isinstance(refused, Rejection) and "field 'click' must be a string" in refused.reason
+    assert read([1]) == Rejection("not a JSON object but list")
