@@ -21,8 +21,10 @@ from pairing.patterns import FieldValue, PatternInput
 
 
 def read_pattern_event(
-    raw: bytes | None, spec: PatternInput, fields: Set[str], max_bytes: int
+    raw: bytes | None, topic: str, spec: PatternInput, fields: Set[str], max_bytes: int
 ) -> PatternEvent | Rejection:
+    """The event of one record of `topic`; with `spec.topic_field`, that field holds the
+    topic's name (whatever the record says it is), so patterns can tell inputs apart."""
     doc = decode_object(raw, max_bytes)
     if isinstance(doc, Rejection):
         return doc
@@ -44,4 +46,6 @@ def read_pattern_event(
             isinstance(value, str | int | Decimal) and not isinstance(value, bool)
         ):
             kept[name] = value
+    if spec.topic_field is not None:
+        kept[spec.topic_field] = topic
     return PatternEvent(parsed[1], event_id, kept)

@@ -119,6 +119,7 @@ class PatternInput:
     topics: tuple[str, ...]
     time: str = "timestamp"  # the field of an event's time (the grammar's timestamps)
     identity: str = "id"  # the field that tells events apart; unique across the topics
+    topic_field: str | None = None  # a field set to the record's topic (None: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +180,7 @@ def _input(doc: Any, source: str) -> PatternInput:
     at = f"{source}: input"
     if not isinstance(doc, dict):
         raise PatternError(f"{at}: expected a table")
-    _only(doc, {"topics", "time", "identity"}, at)
+    _only(doc, {"topics", "time", "identity", "topic_field"}, at)
     topics = doc.get("topics")
     if not isinstance(topics, list) or not topics:
         raise PatternError(f"{at}: topics: expected a list of topic names, got {_shown(topics)}")
@@ -189,16 +190,15 @@ def _input(doc: Any, source: str) -> PatternInput:
             raise PatternError(f"{at}: topics[{number}]: expected {expected}, got {_shown(topic)}")
     if len(set(topics)) != len(topics):
         raise PatternError(f"{at}: topics: a topic named twice")
-    fields = {
-        word: doc.get(word, default)
-        for word, default in (("time", "timestamp"), ("identity", "id"))
-    }
+    defaults: dict[str, str | None] = {"time": "timestamp", "identity": "id", "topic_field": None}
+    fields: dict[str, Any] = {word: doc.get(word, default) for word, default in defaults.items()}
     for word, field in fields.items():
-        if not isinstance(field, str) or not field:
+        if field is not None and (not isinstance(field, str) or not field):
             raise PatternError(f"{at}: {word}: expected the name of a field, got {_shown(field)}")
-    if fields["time"] == fields["identity"]:
-        raise PatternError(f"{at}: time and identity: one field for both ({fields['time']!r})")
-    return PatternInput(tuple(topics), fields["time"], fields["identity"])
+    named = [field for field in fields.values() if field is not None]
+    if len(set(named)) != len(named):
+        raise PatternError(f"{at}: time, identity and topic_field: one field for two of them")
+    return PatternInput(tuple(topics), fields["time"], fields["identity"], fields["topic_field"])
 
 
 def parse_pattern(doc: Any, source: str = "patterns", number: int = 1) -> Pattern:

@@ -14,32 +14,34 @@ from pairing.pattern_state import PatternEvent
 from pairing.patterns import PatternInput
 from tests.unit.test_input_fuzz import FUZZ, MAX_BYTES, records, rejected
 
-SPEC = PatternInput(("clicks",), time="ts", identity="click")
-FIELDS = frozenset({"session", "term", "rank", "flag", "ts"})
+SPEC = PatternInput(("clicks",), time="ts", identity="click", topic_field="stream")
+FIELDS = frozenset({"session", "term", "rank", "flag", "ts", "stream"})
 RECORD = {
     "ts": ['"2024-02-09 21:00:00"', '"2024-02-09T21:00:30.5+01:00"', "17"],
     "click": ['"c1"', "42", '""', "true"],
     "session": ['"s1"', "7", "null", "1.50"],
     "term": ['"shoes"', "[1]", '{"a":1}'],
     "rank": ["3", "-0.25", "false"],
+    "stream": ['"searches"'],
 }
 
 
 @FUZZ
 @given(records(RECORD))
 def test_every_record_is_an_event_or_rejected_with_a_reason(raw: bytes | None) -> None:
-    result = read_pattern_event(raw, SPEC, FIELDS, MAX_BYTES)
+    result = read_pattern_event(raw, "clicks", SPEC, FIELDS, MAX_BYTES)
     if isinstance(result, Rejection):
         assert rejected(result.reason)
         return
     assert isinstance(result, PatternEvent) and result.identity
+    assert result.fields["stream"] == "clicks"  # the topic, whatever the record says
     assert set(result.fields) <= FIELDS
     for value in result.fields.values():
         assert value is None or (type(value) in (str, int, Decimal))
 
 
 def read(doc: object) -> PatternEvent | Rejection:
-    return read_pattern_event(json.dumps(doc).encode(), SPEC, FIELDS, MAX_BYTES)
+    return read_pattern_event(json.dumps(doc).encode(), "clicks", SPEC, FIELDS, MAX_BYTES)
 
 
 def test_a_record_keeps_the_fields_patterns_read_of_the_kinds_they_compare() -> None:
@@ -50,7 +52,12 @@ def test_a_record_keeps_the_fields_patterns_read_of_the_kinds_they_compare() -> 
     assert event == PatternEvent(
         1707512400250000,
         "9",
-        {"session": "s1", "rank": Decimal("2.5"), "ts": "2024-02-09T21:00:00.25Z"},
+        {
+            "session": "s1",
+            "rank": Decimal("2.5"),
+            "ts": "2024-02-09T21:00:00.25Z",
+            "stream": "clicks",
+        },
     )
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pairing.pattern_engine import PatternEngine
 from pairing.pattern_partition import PatternPartition
 from pairing.pattern_state import Match, PatternEvent, PatternState, Refused
-from pairing.patterns import parse_pattern
+from pairing.patterns import Pattern, parse_pattern
 from pairing.watermarks import EventClock, WatermarkUpdate
 from tests.pattern_model import expected_matches
 from tests.unit.test_patterns import BytesStore, S, event, patterns, streams, two_steps
@@ -50,16 +50,18 @@ def arrivals(draw: Any, events: list[PatternEvent]) -> tuple[int, list[tuple[int
     return sources, order
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(patterns(), patterns(), st.data())
-def test_the_matches_are_the_models_from_any_sources_in_any_order(
-    first: dict[str, Any], second: dict[str, Any], data: st.DataObject
+def deliver(
+    declared: list[Pattern],
+    events: list[PatternEvent],
+    sources: int,
+    order: list[tuple[int, int]],
+    restarts: list[bool],
+    expected: list[Match],
 ) -> None:
-    declared = [parse_pattern(first), parse_pattern({**second, "name": "q", "key": "value"})]
-    events = data.draw(streams(first))
-    sources, order = data.draw(arrivals(events))
-    restarts = data.draw(st.lists(st.booleans(), min_size=len(order), max_size=len(order)))
-    expected = [m for pattern in declared for m in expected_matches(pattern, events)]
+    """The events in `order` (source, event) through one partition of the patterns, each
+    followed by its source's progress, restarted from the stored bytes where `restarts`
+    says; at every watermark the matches decided are exactly the `expected` that
+    completed at or before it, and in the end all of them, with nothing left stored."""
     engines = [PatternEngine(pattern, 10_000) for pattern in declared]
     store = BytesStore()
     partition = PatternPartition(engines, store, EventClock(), LATENESS)
@@ -79,9 +81,22 @@ def test_the_matches_are_the_models_from_any_sources_in_any_order(
             clock = EventClock(sources, dict(partition.clock.marks), partition.clock.watermark_us)
             partition = PatternPartition(engines, store, clock, LATENESS)
     for source in range(sources):
-        matches += partition.observe(progress(source, sources, 1_000 * S)).matches
+        matches += partition.observe(progress(source, sources, 10**6 * S)).matches
     assert Counter(matches) == Counter(expected)
     assert store.data == {} and partition.live_keys() == 0
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(patterns(), patterns(), st.data())
+def test_the_matches_are_the_models_from_any_sources_in_any_order(
+    first: dict[str, Any], second: dict[str, Any], data: st.DataObject
+) -> None:
+    declared = [parse_pattern(first), parse_pattern({**second, "name": "q", "key": "value"})]
+    events = data.draw(streams(first))
+    sources, order = data.draw(arrivals(events))
+    restarts = data.draw(st.lists(st.booleans(), min_size=len(order), max_size=len(order)))
+    expected = [m for pattern in declared for m in expected_matches(pattern, events)]
+    deliver(declared, events, sources, order, restarts, expected)
 
 
 def test_an_event_at_or_before_the_patterns_watermark_is_late_for_every_pattern() -> None:

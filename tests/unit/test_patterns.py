@@ -414,7 +414,9 @@ topics = ["pairstream-unpaired", "payments"]
         ("[input]\ntopics = ['a', 'a']", "x.toml: input: topics: a topic named twice"),
         ("[input]\ntopics = ['a']\ntime = ''", "x.toml: input: time: expected the name of a field"),
         ("[input]\ntopics = ['a']\nidentity = 3", "x.toml: input: identity: expected the name"),
-        ("[input]\ntopics = ['a']\ntime = 'id'", "x.toml: input: time and identity: one field"),
+        ("[input]\ntopics = ['a']\ntime = 'id'", "x.toml: input: time, identity and topic_field"),
+        ("[input]\ntopics = ['a']\ntopic_field = 'timestamp'", "input: time, identity and"),
+        ("[input]\ntopics = ['a']\ntopic_field = 1", "input: topic_field: expected the name"),
         ("[input]\ntopics = ['a']\nfrom = 'x'", "x.toml: input: unknown field from"),
     ],
 )
