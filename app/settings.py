@@ -142,6 +142,15 @@ class Settings(BaseSettings):
         description="how long a fetch of quiet partitions waits at the broker; the next fetch"
         " of busy ones and a rebalance's offset look-ups wait behind it (faust: 1.5 s)",
     )
+    quiet_fetch_max_wait_seconds: float = Field(
+        0.25,
+        gt=0,
+        le=1.5,
+        description="fetch_max_wait_seconds once no record has come for a second: a quiet"
+        " worker makes a few fetches a second, not one every fetch_max_wait_seconds. A record"
+        " arriving ends the wait at once (and the quiet); a partition resumed while a fetch"
+        " waits is fetched up to this much later",
+    )
     fetch_min_bytes: int = Field(
         1,
         ge=1,

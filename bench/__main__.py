@@ -20,6 +20,7 @@ from typing import Any
 
 from bench.cdc import chain, run_cdc_latency, run_cdc_throughput
 from bench.ceiling import consume_produce
+from bench.idle import run_idle
 from bench.latency import (
     DEFAULT_COMMIT_INTERVAL,
     PAIRSTREAM_DEFAULT,
@@ -187,8 +188,13 @@ async def cdc(plan: Plan, results: Results) -> None:
         results.cdc_latency = await run_cdc_latency(on, offered, plan.level_seconds)
 
 
+async def idle(plan: Plan, results: Results) -> None:
+    print("an idle worker ...", flush=True)
+    results.idle = await run_idle(plan.bootstrap, plan.level_seconds)
+
+
 PARTS: list[Part] = [
-    throughput_and_peer, latency, cdc, transactions, profiled, workers, ceiling, restarts
+    throughput_and_peer, latency, idle, cdc, transactions, profiled, workers, ceiling, restarts
 ]  # fmt: skip
 
 

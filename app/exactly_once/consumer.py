@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine, Iterable, Mapping
+from contextlib import suppress
 from typing import Any, cast
 
 from aiokafka import AIOKafkaConsumer
@@ -24,13 +25,17 @@ from app.exactly_once.outbox import partition_transactional_id
 from app.exactly_once.partition_tasks import PartitionTasks
 from app.exactly_once.runs import in_runs
 from app.kafka.admin import committed_records_between, last_committed_records
-from app.settings import settings
+from app.settings import Settings, settings
 
 log = logging.getLogger(__name__)
 # How often faust's livelock detector looks at every partition: it does so every 2.5 commit
 # intervals (7 s at its default interval, 0.125 s at ours), for stalls it reports after
 # minutes (stream_processing_timeout, broker_commit_livelock_soft_timeout: 5 min).
 LIVELOCK_CHECK_SECONDS = 7.0
+# No record for this long and the worker is quiet: its fetches wait longer (_note_fetched).
+QUIET_AFTER_SECONDS = 1.0
+# How often the commit loop, waiting for an ack, looks whether the consumer stops.
+ACK_WAIT_SECONDS = 1.0
 
 
 class ChangelogsNotAssigned(RuntimeError):
@@ -97,6 +102,11 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
         self.tasks.handoff.when_open(self._resume_handing)
         self.last_read = internals.install_last_read_offsets(self)
         self._livelock_checked_at = time.monotonic()
+        # Set by an ack, cleared by the commit that takes it: no ack, no commit to make.
+        self._acked_since_commit = asyncio.Event()
+        # When a fetch last returned records, and whether fetches wait as a quiet worker's.
+        self._records_at = time.monotonic()
+        self._quiet = False
         internals.lazy_commit_tables()
 
     @property
@@ -110,7 +120,9 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
     async def _getmany(self, active_partitions: set[TP] | None, timeout: float) -> Any:
         # A copy of the active set: emptied by a pause mid-fetch, aiokafka read it as "all" and
         # standbys lost records (docs/faust-gaps.md, 21). Waits no longer than a broker fetch.
-        timeout = min(timeout, settings().fetch_max_wait_seconds)
+        conf = settings()
+        wait = conf.quiet_fetch_max_wait_seconds if self._quiet else conf.fetch_max_wait_seconds
+        timeout = min(timeout, wait)
         if active_partitions is None:
             fetched = await super()._getmany(None, timeout)
         else:
@@ -118,9 +130,34 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
             if not requested:
                 return {}
             fetched = await super()._getmany(requested, timeout)
+        self._note_fetched(bool(fetched), conf)
         if not fetched or not self.tasks.in_runs:
             return fetched
         return in_runs(fetched, self.tasks.in_runs, settings().max_run_records)
+
+    def _note_fetched(self, records: bool, conf: Settings) -> None:
+        # A second without records and fetches wait longer at the broker: a quiet worker's
+        # fetch loop turned 100 times a second. A fetch waiting there still answers at
+        # the first record of any partition it asks for, so only a partition resumed
+        # meanwhile waits (up to the quiet wait).
+        now = time.monotonic()
+        if records:
+            self._records_at = now
+            if self._quiet:
+                self._quiet = False
+                self._set_fetch_wait(conf.fetch_max_wait_seconds)
+        elif not self._quiet and now - self._records_at >= QUIET_AFTER_SECONDS:
+            self._quiet = True
+            self._set_fetch_wait(conf.quiet_fetch_max_wait_seconds)
+
+    def _set_fetch_wait(self, seconds: float) -> None:
+        internals.set_fetch_wait(internals.client_consumer(self._thread), seconds)
+
+    def ack(self, message: Any) -> bool:
+        acked: bool = super().ack(message)
+        if acked and not self._acked_since_commit.is_set():
+            self._acked_since_commit.set()
+        return acked
 
     async def wait_first(self, *coros: Any, timeout: Any = None) -> WaitResults:
         # faust hands each record over with four tasks and an asyncio.wait; eager.py runs the
@@ -162,12 +199,19 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
 
     @Service.task
     async def _commit_handler(self) -> None:
-        # In place of faust's, which commits on a clock: a commit as soon as the one before
-        # has ended and the commit interval has passed since that one began. What a step
-        # makes waits half an interval and a commit on average (one transaction, however
-        # many partitions); a commit that takes longer than the interval delays the next,
-        # and more records go into each.
+        # In place of faust's, which commits on a clock: a commit as soon as something is
+        # acked, the one before has ended and the commit interval has passed since that one
+        # began. What a step makes waits half an interval and a commit on average (one
+        # transaction, however many partitions); a commit that takes longer than the
+        # interval delays the next, and more records go into each. With nothing acked
+        # there is nothing to commit: a quiet worker does not turn this loop.
+        acked = self._acked_since_commit
         while not self.should_stop:
+            if not acked.is_set():
+                with suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(acked.wait(), ACK_WAIT_SECONDS)
+                continue  # and look at should_stop again
+            acked.clear()  # before the commit: what it does not take sets it again
             began = time.monotonic()
             await self.commit()
             await self.sleep(max(0.0, began + self.commit_interval - time.monotonic()))

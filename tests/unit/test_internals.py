@@ -11,6 +11,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import suppress
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar, cast
@@ -973,6 +974,67 @@ async def test_a_fetch_waits_no_longer_than_a_fetch_waits_at_the_broker() -> Non
     assert await ExactlyOnceConsumer._getmany(consumer, {TP("events", 0)}, 1.0) == {}
     assert await ExactlyOnceConsumer._getmany(consumer, {TP("events", 0)}, 0.001) == {}
     assert waits == [1.0, settings().fetch_max_wait_seconds, 0.001]
+
+
+async def test_a_quiet_worker_s_fetches_wait_longer_until_a_record_comes() -> None:
+    conf = settings()
+    waits: list[float] = []
+    fetched: list[Any] = []
+
+    async def thread_getmany(partitions: set[TP], timeout: float) -> Any:
+        waits.append(timeout)
+        return fetched.pop(0)
+
+    consumer = unconnected_consumer(AsyncMock())
+    consumer._thread = SimpleNamespace(getmany=thread_getmany)
+    at_broker: list[float] = []
+    consumer._set_fetch_wait = at_broker.append
+    tp = TP("events", 0)
+    fetched += [{}, {}]
+    await ExactlyOnceConsumer._getmany(consumer, {tp}, 1.0)  # empty, but records came lately
+    consumer._records_at -= consumer_module.QUIET_AFTER_SECONDS  # a second without records
+    await ExactlyOnceConsumer._getmany(consumer, {tp}, 1.0)
+    assert at_broker == [conf.quiet_fetch_max_wait_seconds]
+    fetched += [{}, {tp: ["a record"]}, {}]
+    for _ in range(3):
+        await ExactlyOnceConsumer._getmany(consumer, {tp}, 1.0)
+    assert waits == [conf.fetch_max_wait_seconds] * 2 + [conf.quiet_fetch_max_wait_seconds] * 2 + [
+        conf.fetch_max_wait_seconds
+    ]
+    assert at_broker == [conf.quiet_fetch_max_wait_seconds, conf.fetch_max_wait_seconds]
+
+
+def test_set_fetch_wait_sets_what_aiokafka_s_fetcher_builds_each_request_with() -> None:
+    fetcher = SimpleNamespace(_fetch_max_wait_ms=10)
+    internals.set_fetch_wait(cast(Any, SimpleNamespace(_fetcher=fetcher)), 0.25)
+    assert fetcher._fetch_max_wait_ms == 250
+    internals.set_fetch_wait(cast(Any, SimpleNamespace(_fetcher=None)), 0.25)  # not started
+    assert "self._fetch_max_wait_ms," in inspect.getsource(Fetcher._get_actions_per_node)
+
+
+async def test_the_commit_loop_commits_only_after_an_ack(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(app.topics, "acks_enabled_for", lambda topic: True)  # not subscribed
+    consumer = unconnected_consumer(AsyncMock())
+    commits: list[float] = []
+
+    async def commit() -> bool:
+        commits.append(time.monotonic())
+        return True
+
+    consumer.commit = commit
+    loop = asyncio.create_task(ExactlyOnceConsumer._commit_handler.fun(consumer))
+    await asyncio.sleep(0.1)
+    assert commits == []  # nothing acked: no commit, however long the wait
+
+    class Message:  # what faust's ack reads of a message, and weakly referable as it needs
+        acked, tp, offset, topic = False, TP("events", 0), 7, "events"
+
+    assert ExactlyOnceConsumer.ack(consumer, cast(Any, Message()))
+    await asyncio.sleep(0.1)
+    assert len(commits) == 1  # one commit took it; none since
+    loop.cancel()
+    with suppress(asyncio.CancelledError):
+        await loop
 
 
 async def test_keyed_partitioner_chooses_as_aiokafka_s_send_does() -> None:

@@ -28,6 +28,7 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
         "_new_offset": ("self", "tp"),
         "_add_gap": ("self", "tp", "offset_from", "offset_to"),
         "_getmany": ("self", "active_partitions", "timeout"),
+        "ack": ("self", "message"),
         "commit_and_end_transactions": ("self",),
         "on_partitions_revoked": ("self", "revoked"),
         "on_partitions_assigned": ("self", "assigned", "generation_id"),

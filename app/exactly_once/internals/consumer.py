@@ -38,6 +38,7 @@ __all__ = [
     "remove_group_member",
     "restore_offsets",
     "set_fetch_limits",
+    "set_fetch_wait",
     "stable_offset_look_ups",
 ]
 
@@ -154,6 +155,15 @@ def set_fetch_limits(consumer: AIOKafkaConsumer, min_bytes: int, max_wait_second
     and has no setting for either)."""
     consumer._fetch_min_bytes = min_bytes
     consumer._fetch_max_wait_ms = int(max_wait_seconds * 1000)
+
+
+def set_fetch_wait(consumer: AIOKafkaConsumer, max_wait_seconds: float) -> None:
+    """How long the broker may hold the next fetch requests of a started consumer: its
+    fetcher's `_fetch_max_wait_ms`, which each request it builds reads. Set from the
+    worker's loop while the consumer thread builds requests: one int, read whole."""
+    fetcher = consumer._fetcher
+    if fetcher is not None:  # None until the consumer has started
+        fetcher._fetch_max_wait_ms = int(max_wait_seconds * 1000)
 
 
 def stable_offset_look_ups(consumer: AIOKafkaConsumer) -> None:
