@@ -17,7 +17,6 @@ worker and one pairstream worker, to pairs.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import shutil
 import time
@@ -32,6 +31,7 @@ from faust.types import TP
 
 from app.kafka.admin import end_offsets, ensure_topics
 from app.settings import Settings
+from bench.cli import part_parser
 from bench.latency import (
     DEFAULT_COMMIT_INTERVAL,
     LatencyResult,
@@ -310,12 +310,7 @@ async def run_cdc_latency(on: Chain, offered: list[Level], seconds: float) -> li
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.cdc",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--bootstrap", required=True, help="a running broker")
+    parser = part_parser("python -m bench.cdc", __doc__)
     parser.add_argument(
         "--rows", type=int, default=200_000, help="records generated (default 200,000)"
     )

@@ -6,11 +6,11 @@ its topics empty (docs/configuration.md, PAIRSTREAM_QUIET_FETCH_MAX_WAIT_SECONDS
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
 
 from app.kafka.admin import ensure_topics
+from bench.cli import part_parser
 from bench.latency import DEFAULT_COMMIT_INTERVAL
 from bench.measure import cpu_seconds
 from bench.pairstream import worker_run
@@ -37,12 +37,7 @@ async def run_idle(bootstrap: str, seconds: float, settle: float = SETTLE_SECOND
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.idle",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--bootstrap", required=True, help="a running broker")
+    parser = part_parser("python -m bench.idle", __doc__)
     parser.add_argument("--seconds", type=float, default=30.0, help="measured (default 30)")
     args = parser.parse_args(argv)
     share = asyncio.run(run_idle(args.bootstrap, args.seconds))

@@ -5,7 +5,6 @@ to the pair being visible to a read_committed consumer."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
 import json
@@ -26,6 +25,7 @@ from app.kafka.admin import ensure_topics
 from app.kafka.connection import KafkaConnection
 from app.settings import Settings
 from bench.ceiling import BatchedSink
+from bench.cli import part_parser
 from bench.measure import CpuShares, collector_paused, listening_pid
 from bench.pairstream import WorkerRun, discard_run, worker_commits, worker_run
 from bench.quix import committed_reader, start_app, state_dir
@@ -531,15 +531,14 @@ async def run_quix_latency(
 
 def main(argv: list[str] | None = None) -> None:
     """One level on its own, for comparing two versions of the worker in turn."""
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.latency",
-        description="Latency at one rate: one worker, a steady load, p50/p90/p99/max from"
-        " send to visible (the suite's latency part at one level).",
+    parser = part_parser(
+        "python -m bench.latency",
+        "Latency at one rate: one worker, a steady load, p50/p90/p99/max from send to"
+        " visible (the suite's latency part at one level).",
     )
     parser.add_argument("rate", type=float, help="events per second offered")
     parser.add_argument("--seconds", type=float, default=25.0, help="of load (default 25)")
     parser.add_argument("--commit-interval", type=float, default=DEFAULT_COMMIT_INTERVAL)
-    parser.add_argument("--bootstrap", required=True, help="a running broker")
     parser.add_argument(
         "--wait-profile", action="store_true", help="where a pair's time goes, in five parts"
     )
