@@ -12,15 +12,18 @@ import base64
 import hashlib
 import json
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 import orjson
 
 from pairing.events import Event, parse_number
-from pairing.grammar import Sizes
+from pairing.grammar import Sizes, format_time
 from pairing.immutable import immutable
 from pairing.key_state import KeyState, KeyTimes, Paired, PendingEvent, Unpaired
+from pairing.pattern_state import Match
+from pairing.patterns import Pattern
 from pairing.watermarks import EventClock, SourceMark, WatermarkUpdate
 
 
@@ -259,6 +262,36 @@ def pair_record(paired: Paired, paired_at: str) -> bytes:
             "paired_at": paired_at,
         }
     )
+
+
+def match_record(match: Match, pattern: Pattern) -> bytes:
+    """A match on its pattern's topic: the identities each step took, by the step's name
+    (an absent step, or an optional one that took none: an empty list), and its times."""
+    steps = {
+        step.name: list(taken) for step, taken in zip(pattern.steps, match.events, strict=True)
+    }
+    return dumps(
+        {
+            "pattern": match.pattern,
+            "key": match.key,
+            "steps": steps,
+            "first_time": event_time(match.first_time),
+            "last_time": event_time(match.last_time),
+            "decided_at": event_time(match.completed_at),
+        }
+    )
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def event_time(time_us: int) -> str | int:
+    """An event time as the grammar writes one, or its microseconds where no calendar
+    date holds it (a window's end past year 9999)."""
+    try:
+        return format_time(_EPOCH + timedelta(microseconds=time_us))
+    except OverflowError:
+        return time_us
 
 
 def unpaired_record(unpaired: Unpaired) -> bytes:
