@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.cdc import chain, run_cdc_latency, run_cdc_throughput
 from bench.ceiling import consume_produce
-from bench.idle import run_idle
+from bench.idle import run_idle, run_quix_idle
 from bench.latency import (
     DEFAULT_COMMIT_INTERVAL,
     PAIRSTREAM_DEFAULT,
@@ -189,8 +189,9 @@ async def cdc(plan: Plan, results: Results) -> None:
 
 
 async def idle(plan: Plan, results: Results) -> None:
-    print("an idle worker ...", flush=True)
-    results.idle = await run_idle(plan.bootstrap, plan.level_seconds)
+    print("an idle worker, and the Quix Streams app ...", flush=True)
+    results.idle.append(("pairstream", await run_idle(plan.bootstrap, plan.level_seconds)))
+    results.idle.append((QUIX.app, await run_quix_idle(plan.bootstrap, plan.level_seconds)))
 
 
 PARTS: list[Part] = [

@@ -81,7 +81,7 @@ class Results:
     # The change data capture chain: rows of a backlog, each run beside a JSON one; latency.
     cdc_throughput: list[CdcThroughput] = field(default_factory=list)
     cdc_latency: list[LatencyResult] = field(default_factory=list)
-    idle: float | None = None  # an idle worker's share of a core
+    idle: list[tuple[str, float]] = field(default_factory=list)  # (app, share of a core)
     side_by_side: bool = False  # the parts ran at once (a smoke run): no speed to read
 
     def add(self, part: Results) -> None:
@@ -377,13 +377,14 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
         lines += profile_section(results.profiled, results.profiled.profile)
     lines += latency_section(results.latency, results.latency_basis, results.level_seconds)
     lines += wait_section(results.wait_profile, results.wait_rate, results.level_seconds)
-    if results.idle is not None:
+    if results.idle:
         lines += section(
             "An idle worker",
-            "One worker at its defaults, its topics empty, from 10 s after it is ready, for"
-            f" {results.level_seconds:g} s (`bench/idle.py`): its CPU as a share of one core.",
-            ["seconds", "CPU: share of a core"],
-            [[f"{results.level_seconds:g}", f"{results.idle:.3f}"]],
+            "One worker at its defaults, its topics empty, from 10 s after it is ready, and"
+            " the Quix Streams app at its defaults from 20 s after its start, each for"
+            f" {results.level_seconds:g} s (`bench/idle.py`): CPU as a share of one core.",
+            ["app", "seconds", "CPU: share of a core"],
+            [[app, f"{results.level_seconds:g}", f"{share:.3f}"] for app, share in results.idle],
         )
     if results.cdc_throughput or results.cdc_latency:
         lines += cdc_sections(results.cdc_throughput, results.cdc_latency, results.level_seconds)
