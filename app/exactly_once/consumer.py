@@ -214,6 +214,11 @@ class ExactlyOnceConsumer(faust_aiokafka.Consumer):
             acked.clear()  # before the commit: what it does not take sets it again
             began = time.monotonic()
             await self.commit()
+            if internals.pending_acks(self):
+                # Acked but not taken (a commit in flight took its acks before them, or a
+                # gap below them): the next turn tries again, as a quiet input may ack
+                # nothing more to wake it.
+                acked.set()
             await self.sleep(max(0.0, began + self.commit_interval - time.monotonic()))
 
     @Service.task

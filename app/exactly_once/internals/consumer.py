@@ -34,6 +34,7 @@ __all__ = [
     "install_last_read_offsets",
     "is_changelog",
     "lazy_commit_tables",
+    "pending_acks",
     "refreshed_partitions",
     "remove_group_member",
     "restore_offsets",
@@ -147,6 +148,12 @@ async def refreshed_partitions(consumer: Any, topic: str) -> int | None:
 
     found: int | None = await thread.call_thread(refresh)
     return found
+
+
+def pending_acks(consumer: Any) -> bool:
+    """Whether faust holds acked offsets not committed yet (`Consumer._acked`, which
+    `forget_acks_below` trims as a commit takes them)."""
+    return any(consumer._acked.values())
 
 
 def set_fetch_limits(consumer: AIOKafkaConsumer, min_bytes: int, max_wait_seconds: float) -> None:
