@@ -12,7 +12,7 @@ import logging
 
 from faust.exceptions import ConsumerNotStarted
 
-from agents.ingest import LOOK_EVERY_SECONDS, watermark_records
+from agents.ingest import EVENT_TIME, LOOK_EVERY_SECONDS
 from app.exactly_once import internals
 from app.exactly_once.input_partitions import grow
 from app.faust_app import app
@@ -60,5 +60,5 @@ async def tell_sources(sources: int) -> None:
         if source is None:
             continue  # its first tell will carry the new count
         update = WatermarkUpdate(task.tp.partition, sources, None, source.idle)
-        for topic, key, value, partition in watermark_records(update):
+        for topic, key, value, partition in EVENT_TIME.records(update):
             await app.producer.send(topic, key, value, partition, None, None)

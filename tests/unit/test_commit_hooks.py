@@ -212,12 +212,12 @@ async def test_idle_input_partitions_given_up_hold_the_watermark_again(
         source = task.processor(SourceProgress, lambda _: SourceProgress(40, 0.0))
         if went_idle:
             source.went_idle()
-    await ingest.hold_handed_over_sources({idle, busy, unloaded})
+    await ingest.EVENT_TIME.on_revoke({idle, busy, unloaded})
     assert [p for _, _, _, p in sent] == list(range(ingest.conf.partitions))
     for topic, key, value, _ in sent:
         update = decode_watermark(loads(value))
         assert (topic, key) == (ingest.keyed_events.get_topic_name(), WATERMARK_KEY)
         assert (update.source, update.progress_us, update.idle) == (0, 40, False)
     sent.clear()
-    await ingest.hold_handed_over_sources({idle})  # told once
+    await ingest.EVENT_TIME.on_revoke({idle})  # told once
     assert sent == []
