@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Container, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from faust.types import TP
 
@@ -28,11 +28,21 @@ from app.exactly_once.backlog import caught_up
 from app.exactly_once.outbox import Record
 from app.exactly_once.partition_tasks import PartitionTask
 from app.settings import settings
-from pairing.records import HANDED_WATERMARK_KEY, WATERMARK_KEY, encode_watermark
+from pairing.records import HANDED_WATERMARK_KEY, WATERMARK_KEY, Source, encode_watermark
 from pairing.watermarks import SourceProgress, WatermarkUpdate
 from tables import TableWriter
 
 log = logging.getLogger(__name__)
+
+
+def record_source(task: PartitionTask, record: Any, now_ms: int) -> tuple[Source, int]:
+    """Where an input record came from, and the timestamp its clock guard reads: its own,
+    or for a record without one the worker's clock."""
+    timestamp_ms: int | None = record.timestamp
+    source = Source(task.tp.topic, task.tp.partition, record.offset, timestamp_ms)
+    if timestamp_ms is None or timestamp_ms < 0:
+        timestamp_ms = now_ms
+    return source, timestamp_ms
 
 
 class Handing(Protocol):

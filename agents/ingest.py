@@ -13,7 +13,7 @@ from typing import Any
 
 from faust.types import TP
 
-from agents.event_time import EventTimeTeller
+from agents.event_time import EventTimeTeller, record_source
 from app.exactly_once.in_order import runs_once
 from app.exactly_once.partition_tasks import PartitionTask
 from app.exactly_once.stage import Stage
@@ -23,7 +23,7 @@ from app.settings import settings
 from app.topics import dead_letters, events, keyed_events
 from pairing.changes import parser_for
 from pairing.events import Rejection, read_event
-from pairing.records import HANDED, KeyedEvent, Source, encode_keyed_event
+from pairing.records import HANDED, KeyedEvent, encode_keyed_event
 from pairing.routing import partition_for
 from pairing.watermarks import WatermarkUpdate
 from tables.source_progress import table as progress_table
@@ -109,17 +109,13 @@ def ingest_run(task: PartitionTask, records: RunRecords) -> None:
     # Counted once a run: a count a record was 1.7% of a worker's CPU.
     outbox.count("events_in", len(records))
     rejected = 0
-    topic, partition = task.tp
     for record in records.each():
         raw: bytes | None = record.value
-        timestamp_ms: int | None = record.timestamp
-        record_source = Source(topic, partition, record.offset, timestamp_ms)
-        if timestamp_ms is None or timestamp_ms < 0:
-            timestamp_ms = now_ms  # a record without one: the guard reads the worker's clock
+        source_of, timestamp_ms = record_source(task, record, now_ms)
         parsed = read_event(record.key, raw, timestamp_ms, sizes, max_ahead_us, PARSE)
         if isinstance(parsed, Rejection):
             rejected += 1
-            outbox.dead_letter(dlq_topic, parsed.reason, record.key, raw, record_source)
+            outbox.dead_letter(dlq_topic, parsed.reason, record.key, raw, source_of)
             continue
         assert raw is not None  # a valid event has a body
         stamp = source.observe(parsed.time_us, now)
@@ -132,13 +128,13 @@ def ingest_run(task: PartitionTask, records: RunRecords) -> None:
         keyed_partition = partition_for(parsed.key, conf.partitions)
         key = parsed.key.encode()
         if handed[keyed_partition]:
-            event = KeyedEvent(parsed, raw, record_source, stamp)
+            event = KeyedEvent(parsed, raw, source_of, stamp)
             handoff.hand(keyed[keyed_partition], (event, now))
             key = HANDED + key  # the keyed topic keeps every valid event, for the record
         outbox.send(
             keyed_topic,
             key,
-            encode_keyed_event(parsed, raw, record_source, stamp),
+            encode_keyed_event(parsed, raw, source_of, stamp),
             keyed_partition,
         )
     outbox.count("valid", len(records) - rejected)

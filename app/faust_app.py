@@ -11,6 +11,7 @@ from app.exactly_once.input_partitions import InputSizedAssignor
 from app.kafka.connection import KafkaConfigError
 from app.settings import settings
 from app.worker import PairstreamWorker, exit_for_config
+from pairing.patterns import PatternError
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +20,8 @@ def create_app() -> PairstreamApp:
     conf = settings()
     try:
         credentials = conf.kafka.faust_credentials()
-    except KafkaConfigError as exc:
+        conf.patterns  # noqa: B018  (a bad pattern file: refused before anything starts)
+    except (KafkaConfigError, PatternError) as exc:
         exit_for_config(exc)
     if conf.bench_without_transactions:
         log.warning("PAIRSTREAM_BENCH_WITHOUT_TRANSACTIONS: at-least-once, outputs can repeat")

@@ -30,6 +30,10 @@ if conf.enrichment_enabled:
     from agents import enrichment
 
     stages.append(enrichment.STAGE)
+if conf.patterns_file is not None:
+    from agents import patterns
+
+    stages += patterns.STAGES
 if conf.chain_enabled:
     from agents import chain  # noqa: F401  (its agents; no stage hooks)
     from web import accounts  # noqa: F401  (/accounts/{account})

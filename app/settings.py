@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from app.kafka.connection import KafkaConnection
 from pairing.grammar import Sizes
 from pairing.key_state import MICROS, PairingConfig
+from pairing.patterns import PatternFile, load_patterns
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = Sizes()  # the defaults: pairing/grammar.py says why
@@ -271,6 +272,23 @@ class Settings(BaseSettings):
         30.0, gt=0, description="wall-clock time a pair waits for a missing row (quiet streams)"
     )
 
+    # Patterns over the stream (docs/patterns.md)
+    patterns_file: Path | None = Field(
+        None, description="a pattern file (TOML): the worker runs its patterns; none: no patterns"
+    )
+    match_topic_prefix: str = Field(
+        "matches.", description="each pattern's matches go to this prefix + the pattern's name"
+    )
+    pattern_lateness_seconds: float | None = Field(
+        None,
+        ge=0,
+        description="event time the patterns' watermark lags the sources'; default = expiry",
+    )
+    pattern_max_partials: int = Field(
+        1000, ge=1, description="partial matches one key of a pattern keeps; beyond, the oldest"
+        " are dropped (counted as pattern_partials_dropped)",
+    )  # fmt: skip
+
     # Delivery of a topic's records to a third-party HTTP API (docs/delivery.md)
     delivery_enabled: bool = Field(False, description="run the delivery agent")
     delivery_topic: str | None = Field(
@@ -376,6 +394,24 @@ class Settings(BaseSettings):
     @property
     def max_ahead_us(self) -> int | None:
         return int(self.max_ahead_seconds * MICROS) if self.max_ahead_seconds else None
+
+    @cached_property
+    def patterns(self) -> PatternFile | None:
+        """The pattern file, read and validated (PatternError says what is wrong)."""
+        return None if self.patterns_file is None else load_patterns(self.patterns_file)
+
+    @property
+    def pattern_events_topic(self) -> str:
+        """Pattern inputs re-keyed by each pattern key (internal)."""
+        return f"{self.app_id}-pattern-events"
+
+    def match_topic(self, pattern: str) -> str:
+        return self.match_topic_prefix + pattern
+
+    @property
+    def pattern_lateness_us(self) -> int:
+        lateness = self.pattern_lateness_seconds
+        return int((self.expiry_seconds if lateness is None else lateness) * MICROS)
 
     @property
     def delivery_source(self) -> str:

@@ -73,9 +73,12 @@ async def check_access_or_exit(app: AppT) -> None:
         await check_access(
             conf.kafka, worker_permissions(conf), changelogs, conf.topics_ready_timeout_seconds
         )
-        keyed = conf.keyed_topic
         tasks: Any = cast(Any, app).partition_tasks
-        await check_keyed_partitions(conf, [keyed, *sorted(tasks.changelogs.get(keyed, ()))])
+        keyed = [conf.keyed_topic]
+        if conf.patterns is not None and conf.patterns.input is not None:
+            keyed += [*conf.patterns.input.topics, conf.pattern_events_topic]
+        checked = {name for k in keyed for name in (k, *tasks.changelogs.get(k, ()))}
+        await check_keyed_partitions(conf, sorted(checked))
         async with admin_client(conf) as admin:
             # What faust creates the changelogs and internal topics with (app/kafka/replication.py).
             app.conf.topic_replication_factor = await replication_factor(conf, admin)

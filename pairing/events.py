@@ -106,13 +106,21 @@ def read_event(
     event = (parse or parse_event)(raw, sizes.value_bytes)
     if max_ahead_us is None or isinstance(event, Rejection):
         return event
-    ahead_us = event.time_us - record_time_ms * 1000
-    if ahead_us > max_ahead_us:
-        return Rejection(
-            f"timestamp too far in the future: {event.key} is {_seconds(ahead_us)} s after"
-            f" its record's timestamp, more than {_seconds(max_ahead_us)} s"
-        )
-    return event
+    return too_far_ahead(event.time_us, event.key, record_time_ms, max_ahead_us) or event
+
+
+def too_far_ahead(
+    time_us: int, shown: str, record_time_ms: int, max_ahead_us: int
+) -> Rejection | None:
+    """The clock guard: a reason when an event time (`shown` as the input wrote it) is
+    more than `max_ahead_us` after its record's timestamp."""
+    ahead_us = time_us - record_time_ms * 1000
+    if ahead_us <= max_ahead_us:
+        return None
+    return Rejection(
+        f"timestamp too far in the future: {shown} is {_seconds(ahead_us)} s after"
+        f" its record's timestamp, more than {_seconds(max_ahead_us)} s"
+    )
 
 
 def _seconds(us: int) -> str:

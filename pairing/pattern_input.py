@@ -14,17 +14,25 @@ from __future__ import annotations
 from collections.abc import Set
 from decimal import Decimal
 
-from pairing.events import Rejection
+from pairing.events import Rejection, too_far_ahead
 from pairing.grammar import decode_object, identity, parse_timestamp
 from pairing.pattern_state import PatternEvent
 from pairing.patterns import FieldValue, PatternInput
 
 
 def read_pattern_event(
-    raw: bytes | None, topic: str, spec: PatternInput, fields: Set[str], max_bytes: int
+    raw: bytes | None,
+    topic: str,
+    spec: PatternInput,
+    fields: Set[str],
+    max_bytes: int,
+    clock_guard: tuple[int, int] | None = None,
 ) -> PatternEvent | Rejection:
     """The event of one record of `topic`; with `spec.topic_field`, that field holds the
-    topic's name (whatever the record says it is), so patterns can tell inputs apart."""
+    topic's name (whatever the record says it is), so patterns can tell inputs apart.
+    `clock_guard`: (the record's timestamp in ms, the most an event may be ahead of it in
+    µs), ingest's guard (pairing/events.py), so that no event far in the future moves
+    the patterns' watermark."""
     doc = decode_object(raw, max_bytes)
     if isinstance(doc, Rejection):
         return doc
@@ -34,6 +42,10 @@ def read_pattern_event(
     if isinstance(parsed, Rejection):
         # The grammar names the field 'timestamp'; this input may call it otherwise.
         return Rejection(parsed.reason.replace("'timestamp'", repr(spec.time), 1))
+    if clock_guard is not None:
+        ahead = too_far_ahead(parsed[1], str(doc[spec.time]), *clock_guard)
+        if ahead is not None:
+            return ahead
     if spec.identity not in doc:
         return Rejection(f"missing field {spec.identity!r}")
     event_id = identity(doc[spec.identity], spec.identity)

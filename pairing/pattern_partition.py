@@ -55,7 +55,7 @@ NOTHING = Decided((), 0)
 class PatternPartition:
     """The declared patterns over the events of one keyed partition."""
 
-    __slots__ = ("_due", "_engines", "_wake", "clock", "lateness_us", "store")
+    __slots__ = ("_due", "_engines", "_keyed_by", "_wake", "clock", "lateness_us", "store")
 
     def __init__(
         self,
@@ -70,6 +70,9 @@ class PatternPartition:
         if lateness_us < 0:
             raise ValueError(f"lateness must be 0 or more, not {lateness_us} µs")
         self._engines = {engine.pattern.name: engine for engine in engines}
+        self._keyed_by: dict[str, list[PatternEngine]] = {}
+        for engine in engines:
+            self._keyed_by.setdefault(engine.pattern.key, []).append(engine)
         self.store = store
         self.clock = clock
         self.lateness_us = lateness_us
@@ -92,16 +95,31 @@ class PatternPartition:
         """(pattern, key) states held: each has an event buffered or a partial match."""
         return len(self._due)
 
-    def add(self, event: PatternEvent) -> list[tuple[str, Refused]]:
+    def add(
+        self, event: PatternEvent, stamp_us: int | None = None, key_field: str | None = None
+    ) -> list[tuple[str, Refused]]:
         """Buffer `event` for every pattern that keys it; the patterns that refused it
-        and why (late: at or before the patterns' watermark; or a duplicate)."""
+        and why (late, or a duplicate). `stamp_us`: its source's progress including it;
+        `key_field`: only the patterns keyed by that field (the key it was routed by).
+
+        Late is decided as pairing decides it (docs/event-time.md): at or before the
+        patterns' watermark, or more than the lateness behind its own source's progress.
+        The watermark never passes a source's progress, so an event late by the first is
+        late by the second, which depends on its source's events alone: whether an event
+        is late does not depend on how far the other sources had got when it came."""
         refused: list[tuple[str, Refused]] = []
         watermark = self.watermark
-        for name, engine in self._engines.items():
+        limit = watermark
+        if stamp_us is not None:
+            by_stamp = stamp_us - self.lateness_us - 1  # late: behind it by more
+            limit = by_stamp if limit is None else max(limit, by_stamp)
+        engines = self._engines.values() if key_field is None else self._keyed_by.get(key_field, ())
+        for engine in engines:
+            name = engine.pattern.name
             key = engine.key_of(event)
             if key is None:
                 continue
-            if watermark is not None and event.time <= watermark:
+            if limit is not None and event.time <= limit:
                 # The key's own state may be behind (not due since): the partition's
                 # watermark decides, so that lateness does not depend on other events.
                 refused.append((name, Refused(event, "late")))

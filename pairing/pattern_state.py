@@ -122,10 +122,7 @@ def encode(state: PatternState) -> bytes:
         "key": state.key,
         "watermark": state.watermark,
         "last": state.last,
-        "buffer": [
-            [e.time, e.identity, {name: _value(v) for name, v in e.fields.items()}]
-            for e in state.buffer
-        ],
+        "buffer": [event_doc(e) for e in state.buffer],
         "partials": [
             [p.taken, p.blocked, [[step, name, _value(v)] for step, name, v in p.bound]]
             for p in state.partials
@@ -145,10 +142,7 @@ def decode(raw: bytes) -> PatternState:
             doc["key"],
             doc["watermark"],
             None if doc["last"] is None else _position(doc["last"]),
-            tuple(
-                PatternEvent(time, identity, {n: _read(v) for n, v in fields.items()})
-                for time, identity, fields in doc["buffer"]
-            ),
+            tuple(event_from_doc(e) for e in doc["buffer"]),
             tuple(
                 Partial(
                     tuple(tuple(_position(p) for p in step) for step in taken),
@@ -161,6 +155,19 @@ def decode(raw: bytes) -> PatternState:
         )
     except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
         raise ValueError(f"not an encoded pattern state: {exc}") from exc
+
+
+def event_doc(event: PatternEvent) -> list[Any]:
+    """An event as JSON holds it (in a state, or routed to its key's partition)."""
+    return [event.time, event.identity, {name: _value(v) for name, v in event.fields.items()}]
+
+
+def event_from_doc(doc: Any) -> PatternEvent:
+    """What `event_doc` made; TypeError or ValueError for anything else."""
+    time, identity, fields = doc
+    if not isinstance(time, int) or not isinstance(identity, str):
+        raise TypeError(f"not an event: {doc!r}")
+    return PatternEvent(time, identity, {n: _read(v) for n, v in fields.items()})
 
 
 def _value(value: FieldValue) -> Any:

@@ -1,6 +1,6 @@
 """Wire formats: the keyed (repartitioned) event, watermark records, the stored
 key state and event clock, and the output records on `pairs`, `unpaired` and the
-dead-letter topic.
+dead-letter topic (the patterns' own: pairing/pattern_records.py).
 
 Numbers travel as JSON numbers spelled exactly as their int or Decimal value,
 so a sum of decimals is never rounded through a float.
@@ -12,18 +12,15 @@ import base64
 import hashlib
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 import orjson
 
 from pairing.events import Event, parse_number
-from pairing.grammar import Sizes, format_time
+from pairing.grammar import Sizes
 from pairing.immutable import immutable
 from pairing.key_state import KeyState, KeyTimes, Paired, PendingEvent, Unpaired
-from pairing.pattern_state import Match
-from pairing.patterns import Pattern
 from pairing.watermarks import EventClock, SourceMark, WatermarkUpdate
 
 
@@ -39,7 +36,7 @@ class Source:
     timestamp_ms: int | None = None
 
 
-def dumps(record: Mapping[str, Any]) -> bytes:
+def dumps(record: Mapping[str, Any] | list[Any]) -> bytes:
     """Compact JSON in which a Decimal is written as the exact JSON number it is."""
     try:
         return orjson.dumps(record, default=_exact_decimal)
@@ -262,36 +259,6 @@ def pair_record(paired: Paired, paired_at: str) -> bytes:
             "paired_at": paired_at,
         }
     )
-
-
-def match_record(match: Match, pattern: Pattern) -> bytes:
-    """A match on its pattern's topic: the identities each step took, by the step's name
-    (an absent step, or an optional one that took none: an empty list), and its times."""
-    steps = {
-        step.name: list(taken) for step, taken in zip(pattern.steps, match.events, strict=True)
-    }
-    return dumps(
-        {
-            "pattern": match.pattern,
-            "key": match.key,
-            "steps": steps,
-            "first_time": event_time(match.first_time),
-            "last_time": event_time(match.last_time),
-            "decided_at": event_time(match.completed_at),
-        }
-    )
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def event_time(time_us: int) -> str | int:
-    """An event time as the grammar writes one, or its microseconds where no calendar
-    date holds it (a window's end past year 9999)."""
-    try:
-        return format_time(_EPOCH + timedelta(microseconds=time_us))
-    except OverflowError:
-        return time_us
 
 
 def unpaired_record(unpaired: Unpaired) -> bytes:

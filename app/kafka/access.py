@@ -108,6 +108,11 @@ def worker_topics(conf: Settings) -> tuple[set[str], set[str]]:
     if conf.enrichment_enabled:
         reads.add(conf.sources_topic)
         writes |= {conf.enriched_topic, conf.sources_dead_letter_topic}
+    if conf.patterns is not None:
+        assert conf.patterns.input is not None  # load_patterns requires it
+        reads |= {*conf.patterns.input.topics, conf.pattern_events_topic}
+        writes.add(conf.pattern_events_topic)
+        writes |= {conf.match_topic(pattern.name) for pattern in conf.patterns.patterns}
     return reads, writes
 
 

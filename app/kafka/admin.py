@@ -59,6 +59,10 @@ def topic_partitions(conf: Settings) -> dict[str, int]:
             conf.sources_dead_letter_topic,
             conf.sources_by_partition_topic,
         ]
+    if conf.patterns is not None:
+        assert conf.patterns.input is not None  # load_patterns requires it
+        extra += [*conf.patterns.input.topics, conf.pattern_events_topic]
+        extra += [conf.match_topic(pattern.name) for pattern in conf.patterns.patterns]
     for name in extra:
         topics.setdefault(name, conf.partitions)
     return topics
@@ -92,9 +96,10 @@ class KeyedPartitionsMismatch(RuntimeError):
 
 
 async def check_keyed_partitions(conf: Settings, topics: list[str]) -> None:
-    """The keyed topic and the changelogs of the state partitioned like it, where they
-    exist, have PAIRSTREAM_PARTITIONS partitions: a key's state lives in the partition
-    its key routes to over that count, so the count cannot change in place."""
+    """The keyed topics, the pattern inputs and the changelogs of the state partitioned
+    like them, where they exist, have PAIRSTREAM_PARTITIONS partitions: a key's state
+    lives in the partition its key routes to over that count, so the count cannot
+    change in place."""
     found = await described_partitions(conf, topics)
     wrong = sorted(
         f"{name} has {count}" for name, count in found.items() if count != conf.partitions
@@ -102,7 +107,8 @@ async def check_keyed_partitions(conf: Settings, topics: list[str]) -> None:
     if wrong:
         raise KeyedPartitionsMismatch(
             f"PAIRSTREAM_PARTITIONS is {conf.partitions}, but {', '.join(wrong)}: set it back,"
-            " or move the state to more partitions under a new app id (docs/keyed-move.md)"
+            " or move the state to more partitions under a new app id (docs/keyed-move.md);"
+            " a pattern input has as many partitions too (docs/patterns.md)"
         )
 
 

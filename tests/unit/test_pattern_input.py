@@ -68,3 +68,14 @@ def test_a_record_without_its_time_or_identity_is_refused_naming_the_field() -> 
     refused = read({"ts": "2024-02-09 21:00:00", "click": True})
     assert isinstance(refused, Rejection) and "field 'click' must be a string" in refused.reason
     assert read([1]) == Rejection("not a JSON object but list")
+
+
+def test_an_event_far_ahead_of_its_records_timestamp_is_refused_by_the_clock_guard() -> None:
+    raw = json.dumps({"ts": "2024-02-09 21:00:00", "click": 1}).encode()
+    at_ms = 1707512400000  # 2024-02-09 21:00:00 UTC
+    for record_ms, refused in [(at_ms - 60_000, False), (at_ms - 60_001, True)]:
+        got = read_pattern_event(raw, "clicks", SPEC, FIELDS, MAX_BYTES, (record_ms, 60_000_000))
+        assert isinstance(got, Rejection) == refused
+        if refused:
+            assert isinstance(got, Rejection)
+            assert got.reason.startswith("timestamp too far in the future: 2024-02-09 21:00:00")

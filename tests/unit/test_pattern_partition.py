@@ -71,8 +71,9 @@ def deliver(
     latest: dict[int, int] = {}
     matches: list[Match] = []
     for (source, n), restart in zip(order, restarts, strict=True):
-        assert partition.add(events[n]) == []  # never late: LATENESS covers the disorder
         latest[source] = max(latest.get(source, events[n].time), events[n].time)
+        # Never late: LATENESS covers the disorder.
+        assert partition.add(events[n], latest[source]) == []
         matches += partition.observe(progress(source, sources, latest[source])).matches
         watermark = partition.watermark
         decided = [m for m in expected if watermark is not None and m.completed_at <= watermark]
@@ -119,6 +120,38 @@ def test_an_event_at_or_before_the_patterns_watermark_is_late_for_every_pattern(
     assert [(m.pattern, m.events) for m in decided] == [("any", (("b",),)), ("p", (("a",), ("b",)))]
     # An event no pattern keys is nobody's: neither refused nor kept.
     assert partition.add(event(40, "c", type="A")) == []
+
+
+def test_an_event_far_behind_its_own_source_is_late_whatever_the_others() -> None:
+    engine = PatternEngine(two_steps())
+    partition = PatternPartition([engine], BytesStore(), EventClock(), 10 * S)
+    partition.observe(progress(1, 2, 0))  # source 1 holds the watermark at 0
+    a = event(100, "a", account="1", type="A")
+    assert partition.add(a, 100 * S) == []
+    behind = event(89, "b", account="1", type="B")  # more than 10 s behind its source
+    assert partition.add(behind, 100 * S) == [("p", Refused(behind, "late"))]
+    within = event(90, "c", account="1", type="B")
+    assert partition.add(within, 100 * S) == []
+    assert partition.watermark is None  # the other source was never near
+
+
+def test_an_event_routed_by_one_key_is_added_to_the_patterns_of_that_key_only() -> None:
+    by_account = PatternEngine(
+        parse_pattern(
+            {"name": "by-account", "key": "account", "within": 60, "step": [{"name": "one"}]}
+        )
+    )
+    by_value = PatternEngine(parse_pattern(
+        {"name": "by-value", "key": "value", "within": 60, "step": [{"name": "one"}]}
+    ))  # fmt: skip
+    store = BytesStore()
+    partition = PatternPartition([by_account, by_value], store, EventClock(), 0)
+    both = event(0, "a", account="1", value="v")
+    partition.add(both, 0, key_field="value")
+    assert set(store.data) == {("by-value", "v")}
+    partition.add(both, 0, key_field="account")
+    assert set(store.data) == {("by-value", "v"), ("by-account", "1")}
+    assert partition.add(both, 0, key_field="nobody") == []
 
 
 class CountingStore(BytesStore):

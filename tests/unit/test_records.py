@@ -8,8 +8,6 @@ from typing import Any
 from pairing.events import Event, parse_event
 from pairing.grammar import Sizes
 from pairing.key_state import KeyState, Paired, PendingEvent, key_times
-from pairing.pattern_state import Match
-from pairing.patterns import load_patterns
 from pairing.records import (
     DEAD_LETTER_PREFIX_BYTES,
     Source,
@@ -25,7 +23,6 @@ from pairing.records import (
     encode_state,
     encode_watermark,
     loads,
-    match_record,
     pair_record,
 )
 from pairing.watermarks import EventClock, WatermarkUpdate
@@ -229,27 +226,3 @@ def test_a_key_past_the_limit_is_replaced_by_its_digest() -> None:
     assert key == f"sha256:{digest}".encode()
     assert (record["key_bytes"], record["key_sha256"]) == (1_000_000, digest)
     assert letter(b"{}", b"k" * 16)[0] == b"k" * 16
-
-
-def test_a_match_names_each_step_s_events_and_its_times() -> None:
-    [inner, outer] = load_patterns(ROOT / "deploy" / "patterns" / "search-click.toml").patterns
-    paired = Match("search-click", "s1", (("q1",), ("c1",)), 0, 90_000_000, 90_000_000)
-    assert json.loads(match_record(paired, inner)) == {
-        "pattern": "search-click",
-        "key": "s1",
-        "steps": {"search": ["q1"], "click": ["c1"]},
-        "first_time": "1970-01-01T00:00:00Z",
-        "last_time": "1970-01-01T00:01:30Z",
-        "decided_at": "1970-01-01T00:01:30Z",
-    }
-    # An absent step takes none; a window that ends past year 9999 has no calendar date.
-    last_day = 253402300799_000_000  # 9999-12-31T23:59:59Z
-    alone = Match(
-        "search-without-click", "s1", (("q2",), ()), last_day, last_day, last_day + 3600_000_000
-    )
-    record = json.loads(match_record(alone, outer))
-    assert record["steps"] == {"search": ["q2"], "click": []}
-    assert (record["first_time"], record["decided_at"]) == (
-        "9999-12-31T23:59:59Z",
-        last_day + 3600_000_000,
-    )
