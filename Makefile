@@ -4,13 +4,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: lock demo demo-cdc demo-secure demo-delivery demo-chain delivery chain bench test test-fast fault-test fault-matrix fault-matrix-long event-time setup browser podman postgres image broker stop clean generate lint
+.PHONY: lock demo demo-cdc demo-patterns demo-secure demo-delivery demo-chain delivery chain bench test test-fast fault-test fault-matrix fault-matrix-long event-time setup browser podman postgres image broker stop clean generate lint
 
 demo: setup            ## run the main job: broker, worker, generated stream, summary
 	$(PY) -m tools.demo
 
 demo-cdc: setup postgres  ## the main job with the events inserted into PostgreSQL, through Debezium on Kafka Connect, to pairs and the Delta replica
 	$(PY) -m tools.demo_cdc
+
+demo-patterns: setup   ## the pattern examples: a join of searches and clicks, an absence, three expired A; the click-through rate in Delta
+	$(PY) -m tools.demo_patterns
 
 demo-secure: setup     ## the main job on a secured broker: SASL_SSL, SCRAM-SHA-512, least-privilege ACLs
 	$(PY) -m tools.demo --secure

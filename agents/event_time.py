@@ -189,7 +189,11 @@ class EventTimeTeller:
                 continue
             if goes_idle:
                 source.went_idle()
-                log.info("source %s is idle: it stops holding the watermark back", tp)
+                log.info(
+                    "source %s is idle: it stops holding %s's watermark back",
+                    tp,
+                    self.keyed_topic,
+                )
                 update = self.update(task, source)
                 if self.handing is not None:
                     # Read after what the source hands next, the claim is stale: the

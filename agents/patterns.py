@@ -122,7 +122,7 @@ def route_run(task: PartitionTask, records: RunRecords) -> None:
             value = encode_pattern_event(RoutedPatternEvent(event, field, source_of, stamp))
             outbox.send(ROUTED, key.encode(), value, partition_for(key, conf.partitions))
     if rejected:
-        outbox.count("dead_lettered", rejected)
+        outbox.count("pattern_inputs_invalid", rejected)
     if source.progress_us is not None and source.progress_us != stored:
         EVENT_TIME.store(task, source.progress_us)
 

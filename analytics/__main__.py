@@ -1,4 +1,4 @@
-"""python -m analytics ingest|windows|reconcile|all [--master spark://host:7077]
+"""python -m analytics ingest|windows|reconcile|replica|ctr|all [--master spark://host:7077]
 python -m analytics schedule --every 5m      run `all` on a fixed period (local use)
 python -m analytics jars                      resolve Spark's Delta and Kafka jars (once)
 

@@ -22,14 +22,27 @@ from app.settings import Settings
 
 def sources(conf: Settings) -> dict[str, str]:
     """Bronze table name -> topic. `keyed` (the repartitioned valid events) lets
-    reconciliation see what the pairing stage consumed."""
-    return {
+    reconciliation see what the pairing stage consumed. With a pattern file, also its
+    inputs and its match topics (a match topic's table is named as the topic)."""
+    found = {
         "events": conf.events_topic,
         "keyed": conf.keyed_topic,
         "pairs": conf.pairs_topic,
         "unpaired": conf.unpaired_topic,
         "dead_letters": conf.dead_letter_topic,
     }
+    inputs, matches = conf.pattern_topics()
+    for topic in inputs:
+        if topic not in found.values():
+            found[pattern_input(topic)] = topic
+    for topic in matches:
+        found[topic] = topic
+    return found
+
+
+def pattern_input(topic: str) -> str:
+    """The bronze table of a pattern input that is not one of the pipeline's topics."""
+    return f"input-{topic}"
 
 
 def read_topic(spark: SparkSession, conf: Settings, topic: str) -> DataFrame:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from analytics.ctr import ctr, declares_ctr
 from analytics.ingest import ingest
 from analytics.lake import Lake
 from analytics.reconcile import reconcile
@@ -15,7 +16,9 @@ from app.settings import Settings
 
 # `replica`: the events table's Delta replica, applied and reconciled against the table
 # (docs/cdc.md); in `all` when the input is its change topic.
-JOBS = ("ingest", "windows", "reconcile", "replica", "all")
+# `ctr`: the click-through rate of the join examples (docs/patterns.md); in `all` when the
+# pattern file declares them.
+JOBS = ("ingest", "windows", "reconcile", "replica", "ctr", "all")
 
 
 def run(job: str, conf: Settings, master: str | None) -> bool:
@@ -32,6 +35,8 @@ def run(job: str, conf: Settings, master: str | None) -> bool:
             rows = windows(spark, conf)
             print("gold windows: " + ", ".join(f"{name} {n:,}" for name, n in rows.items()))
             print(f"chart: {Lake.of(conf).chart}")
+        if job == "ctr" or (job == "all" and declares_ctr(conf)):
+            print(f"gold ctr: {ctr(spark, conf):,} rows")
         ok = True
         if job in ("reconcile", "all"):
             verdict = reconcile(spark, conf)

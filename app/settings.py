@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from app.kafka.connection import KafkaConnection
 from pairing.grammar import Sizes
 from pairing.key_state import MICROS, PairingConfig
-from pairing.patterns import PatternFile, load_patterns
+from pairing.patterns import PatternError, PatternFile, load_patterns
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = Sizes()  # the defaults: pairing/grammar.py says why
@@ -289,6 +289,17 @@ class Settings(BaseSettings):
         " are dropped (counted as pattern_partials_dropped)",
     )  # fmt: skip
 
+    # The click-through rate of the join examples (docs/patterns.md, analytics/ctr.py)
+    ctr_searches_topic: str = Field("searches", description="a pattern input: the searches")
+    ctr_clicks_topic: str = Field("clicks", description="a pattern input: the clicks")
+    ctr_join_pattern: str = Field(
+        "search-click", description="the pattern whose matches are a search and a click"
+    )
+    ctr_outer_pattern: str = Field(
+        "search-without-click", description="the pattern whose matches are unclicked searches"
+    )
+    ctr_window_seconds: int = Field(3600, gt=0, description="CTR's tumbling window, by search time")
+
     # Delivery of a topic's records to a third-party HTTP API (docs/delivery.md)
     delivery_enabled: bool = Field(False, description="run the delivery agent")
     delivery_topic: str | None = Field(
@@ -397,8 +408,32 @@ class Settings(BaseSettings):
 
     @cached_property
     def patterns(self) -> PatternFile | None:
-        """The pattern file, read and validated (PatternError says what is wrong)."""
-        return None if self.patterns_file is None else load_patterns(self.patterns_file)
+        """The pattern file, read and validated (PatternError says what is wrong),
+        including that no other stage of the worker reads its inputs: a topic's partition
+        is one task, whose offsets one stage commits."""
+        if self.patterns_file is None:
+            return None
+        declared = load_patterns(self.patterns_file)
+        assert declared.input is not None  # load_patterns requires it
+        read = {
+            self.events_topic: "pairing's input (PAIRSTREAM_EVENTS_TOPIC)",
+            self.keyed_topic: "pairing's keyed topic",
+            **({self.delivery_source: "the delivery's input"} if self.delivery_enabled else {}),
+            **(
+                {t: "the deposit chain's input" for t in (self.deposits_topic, self.accounts_topic)}
+                if self.chain_enabled
+                else {}
+            ),
+            **({self.sources_topic: "the enrichment's input"} if self.enrichment_enabled else {}),
+        }
+        for topic in declared.input.topics:
+            if topic in read:
+                raise PatternError(
+                    f"{self.patterns_file}: [input] topic {topic!r} is {read[topic]}: patterns"
+                    " read topics no other stage of the worker reads (pairing's outputs may be"
+                    " among them)"
+                )
+        return declared
 
     @property
     def pattern_events_topic(self) -> str:
@@ -407,6 +442,13 @@ class Settings(BaseSettings):
 
     def match_topic(self, pattern: str) -> str:
         return self.match_topic_prefix + pattern
+
+    def pattern_topics(self) -> tuple[list[str], list[str]]:
+        """The pattern file's input topics, and its match topics (none without a file)."""
+        if self.patterns is None or self.patterns.input is None:
+            return [], []
+        matches = [self.match_topic(pattern.name) for pattern in self.patterns.patterns]
+        return list(self.patterns.input.topics), matches
 
     @property
     def pattern_lateness_us(self) -> int:

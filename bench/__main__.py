@@ -35,6 +35,13 @@ from bench.latency import (
 )
 from bench.measure import median, stolen_seconds
 from bench.pairstream import run_worker
+from bench.patterns import (
+    COUNTS,
+    run_pattern_latency,
+    run_patterns,
+    state_bytes_per_1000_partials,
+    with_ids,
+)
 from bench.quix import python, run_quix
 from bench.report import Results, render
 from bench.restart import run_restart
@@ -65,6 +72,7 @@ class Plan:
     transaction_pairs: int
     workers: list[int]
     cdc_rates: list[float]  # rows/s offered to the change data capture chain
+    pattern_counts: list[int]  # patterns declared beside pairing, one run each
     timeout: float
     profile_to: Path | None
 
@@ -194,8 +202,22 @@ async def idle(plan: Plan, results: Results) -> None:
     results.idle.append((QUIX.app, await run_quix_idle(plan.bootstrap, plan.level_seconds)))
 
 
+async def patterns(plan: Plan, results: Results) -> None:
+    results.pattern_state_bytes = state_bytes_per_1000_partials()
+    records = with_ids(plan.records)
+    for count in plan.pattern_counts:
+        print(f"{count} patterns beside pairing ...", flush=True)
+        results.patterns.append(await run_patterns(plan.bootstrap, records, count, plan.timeout))
+    rate = plan.cdc_rates[-1]  # 5,000 events/s (smoke: 500)
+    print(f"latency, a pattern, {rate:,.0f} events/s ...", flush=True)
+    results.pattern_latency = await run_pattern_latency(
+        plan.bootstrap, [Level(rate)], plan.level_seconds
+    )
+
+
 PARTS: list[Part] = [
-    throughput_and_peer, latency, idle, cdc, transactions, profiled, workers, ceiling, restarts
+    throughput_and_peer, latency, idle, patterns, cdc, transactions, profiled, workers, ceiling,
+    restarts,
 ]  # fmt: skip
 
 
@@ -279,6 +301,7 @@ def main(argv: list[str] | None = None) -> None:
         repeats,
         [2] if args.smoke else [1, 2],
         [500.0] if args.smoke else [1_000.0, 5_000.0],
+        [0, 10] if args.smoke else COUNTS,
         120 if args.smoke else 3600,
         args.profile,
     )

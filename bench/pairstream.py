@@ -9,8 +9,9 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,11 @@ def worker_run(
     return WorkerRun(conf, log_path, f"http://127.0.0.1:{port}/stats", extra or {})
 
 
+def settings_fields(env: dict[str, str]) -> dict[str, str]:
+    """Settings given as PAIRSTREAM_ variables, as keyword arguments of `Settings`."""
+    return {name.removeprefix("PAIRSTREAM_").lower(): value for name, value in env.items()}
+
+
 async def worker_stats(url: str) -> dict[str, Any]:
     """The worker's /stats."""
     async with aiohttp.ClientSession() as session, session.get(url) as response:
@@ -122,12 +128,21 @@ async def run_worker(
     timeout: float,
     profile_to: Path | None = None,
     transactions: bool = True,
+    setup: Callable[[Settings], dict[str, str]] | None = None,
+    through: Callable[[str], Awaitable[int]] = through_pairing,
 ) -> PairstreamResult:
     """Run one worker over `records`; with `profile_to`, under py-spy, raw output there;
-    without `transactions`, at-least-once (PAIRSTREAM_BENCH_WITHOUT_TRANSACTIONS)."""
+    without `transactions`, at-least-once (PAIRSTREAM_BENCH_WITHOUT_TRANSACTIONS);
+    `setup`: more settings for the worker, from the run's (the input is produced to the
+    run's events topic before); `through`: events through,
+    from the worker's /stats URL."""
     extra = {} if transactions else {"PAIRSTREAM_BENCH_WITHOUT_TRANSACTIONS": "true"}
     run = worker_run("bench", bootstrap, commit_interval, extra)
-    await pre_produce(bootstrap, run.conf.events_topic, records)
+    await pre_produce(bootstrap, run.conf.events_topic, records)  # before `setup` moves it
+    if setup is not None:
+        more = setup(run.conf)
+        run.env.update(more)
+        run = replace(run, conf=Settings(**{**run.conf.model_dump(), **settings_fields(more)}))
     await ensure_topics(run.conf)
     log_path = run.log_path
     worker = start_worker(log_path, run.env)
@@ -141,7 +156,7 @@ async def run_worker(
         done = 0
         while True:
             try:
-                done = await through_pairing(run.stats_url)
+                done = await through(run.stats_url)
             except aiohttp.ClientError:
                 # A dying worker closes its port a moment before it exits.
                 with suppress(subprocess.TimeoutExpired):

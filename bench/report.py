@@ -25,6 +25,7 @@ from bench.latency import (
 )
 from bench.measure import STOLEN, median
 from bench.pairstream import PairstreamResult
+from bench.patterns import PatternsThroughput
 from bench.quix import QUIXSTREAMS, QuixResult
 from bench.restart import HOLD_SECONDS, PROBES, RestartResult
 from bench.rules_only import RulesOnlyResult
@@ -82,6 +83,9 @@ class Results:
     cdc_throughput: list[CdcThroughput] = field(default_factory=list)
     cdc_latency: list[LatencyResult] = field(default_factory=list)
     idle: list[tuple[str, float]] = field(default_factory=list)  # (app, share of a core)
+    patterns: list[PatternsThroughput] = field(default_factory=list)  # 0, 1, 10, 100 declared
+    pattern_state_bytes: float | None = None  # encoded, per 1,000 open partial matches
+    pattern_latency: list[LatencyResult] = field(default_factory=list)
     side_by_side: bool = False  # the parts ran at once (a smoke run): no speed to read
 
     def add(self, part: Results) -> None:
@@ -150,6 +154,25 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def section(heading: str, text: str, header: list[str], rows: list[list[str]]) -> list[str]:
     return ["", f"## {heading}", "", text, "", *table(header, rows)]
+
+
+def patterns_section(runs: list[PatternsThroughput], state_bytes: float | None) -> list[str]:
+    alone = [r.run.through_rate for r in runs if r.patterns == 0]
+    return section(
+        "Patterns beside pairing",
+        "One worker over the same workload (every event with an id), every topic of"
+        f" {INPUT_PARTITIONS} partitions, with N patterns declared over the input, each an A"
+        " then a B of one value within its own window (`bench/patterns.py`): through, once"
+        " both the pairing and the patterns' match stage acked it; 0: pairing alone. State:"
+        " the encoded state (key and value, as the changelog and RocksDB hold it) of"
+        f" {'-' if state_bytes is None else f'{state_bytes:,.0f}'} bytes per 1,000 open"
+        " partial matches, one a key.",
+        ["patterns", "first to last: events/s", "steady events/s", "against pairing alone",
+         "worker CPU (s)"],
+        [[str(r.patterns), rate(r.run.through_rate), rate(r.run.steady_rate),
+          ratio(r.run.through_rate, alone[0]) if alone else "-", f"{r.run.cpu_seconds:.1f}"]
+         for r in runs],
+    )  # fmt: skip
 
 
 def profile_section(run: PairstreamResult, found: profile.Profile) -> list[str]:
@@ -386,6 +409,20 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
             ["app", "seconds", "CPU: share of a core"],
             [[app, f"{results.level_seconds:g}", f"{share:.3f}"] for app, share in results.idle],
         )
+    if results.patterns:
+        lines += patterns_section(results.patterns, results.pattern_state_bytes)
+    if results.pattern_latency:
+        lines += section(
+            "Patterns: latency",
+            "One worker, pairing and one pattern (an A then a B of one timestamp) over the"
+            " latency part's load, lateness 0 (the load is in time order within each input"
+            " partition), for"
+            f" {results.level_seconds:g} s (`bench/patterns.py`): from the later of two partners"
+            " handed to the producer to their match visible to a read_committed consumer.",
+            ["events/s", "matches", "p50 (s)", "p90 (s)", "p99 (s)", "worst (s)"],
+            [[rate(r.level.rate), f"{r.pairs:,}", f"{r.p50:.3f}", f"{r.p90:.3f}",
+              f"{r.p99:.3f}", f"{r.max:.3f}"] for r in results.pattern_latency],
+        )  # fmt: skip
     if results.cdc_throughput or results.cdc_latency:
         lines += cdc_sections(results.cdc_throughput, results.cdc_latency, results.level_seconds)
     lines += section(

@@ -4,10 +4,11 @@ Kafka; the state of each (pattern, key) lives in a `PatternStore` the caller bac
 a changelog-backed table.
 
 Event time is pairing's (pairing/watermarks.py): each input partition's progress, the
-partition's watermark their minimum. A pattern's watermark lags it by `lateness_us`, as
-pairing closes a key only `expiry` after the watermark passes it: an event that arrives
-no more than that behind its source's progress is matched as if it had come in order,
-and one further behind, at or before the pattern watermark, is refused as `late`.
+partition's watermark their minimum. A pattern's watermark lags it by `lateness_us` (and
+1 µs: a source may still send events at its progress), as pairing closes a key only
+`expiry` after the watermark passes it: an event that arrives no more than that behind
+its source's progress is matched as if it had come in order, and one further behind is
+refused as `late`.
 
 Work per event and per watermark is proportional to the keys it concerns, not to all
 keys held: each live key is filed under the least watermark at which its engine has
@@ -87,9 +88,11 @@ class PatternPartition:
 
     @property
     def watermark(self) -> int | None:
-        """The patterns' watermark: every event at or before it is decided."""
+        """The patterns' watermark: every event at or before it is decided. A source at
+        progress p may still send events at p - lateness (behind by no more than the
+        lateness), so it is below that."""
         watermark = self.clock.watermark_us
-        return None if watermark is None else watermark - self.lateness_us
+        return None if watermark is None else watermark - self.lateness_us - 1
 
     def live_keys(self) -> int:
         """(pattern, key) states held: each has an event buffered or a partial match."""

@@ -59,6 +59,7 @@ def run_settings(run_id: str) -> dict[str, str]:
         "PAIRSTREAM_PAIRS_TOPIC": f"{run_id}.pairs",
         "PAIRSTREAM_UNPAIRED_TOPIC": f"{run_id}.unpaired",
         "PAIRSTREAM_DEAD_LETTER_TOPIC": f"{run_id}.events.dlq",
+        "PAIRSTREAM_MATCH_TOPIC_PREFIX": f"{run_id}.matches.",
         "PAIRSTREAM_DATA_DIR": str(ROOT / ".run" / run_id),
         "PAIRSTREAM_LAKE_DIR": str(ROOT / ".run" / f"{run_id}-lake"),
     }

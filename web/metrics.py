@@ -35,6 +35,25 @@ COUNTERS: dict[str, tuple[str, str, dict[str, str]]] = {
     "pairs": ("pairstream_pairs", "Pairs published", {}),
     "expired": ("pairstream_unpaired_events", "Events published unpaired", {"reason": "expired"}),
     "late": ("pairstream_unpaired_events", "Events published unpaired", {"reason": "late"}),
+    "pattern_inputs_in": ("pairstream_pattern_inputs", "Pattern input records processed", {}),
+    "pattern_inputs_invalid": (
+        "pairstream_pattern_inputs_invalid",
+        "Pattern input records sent to the DLQ",
+        {},
+    ),
+    "pattern_events_in": ("pairstream_pattern_events", "Events the patterns processed", {}),
+    "matches": ("pairstream_matches", "Matches published", {}),
+    "pattern_late": ("pairstream_pattern_refused", "Events patterns refused", {"reason": "late"}),
+    "pattern_duplicates": (
+        "pairstream_pattern_refused",
+        "Events patterns refused",
+        {"reason": "duplicate"},
+    ),
+    "pattern_partials_dropped": (
+        "pairstream_pattern_partials_dropped",
+        "Partial matches the cap per key dropped",
+        {},
+    ),
 }
 PARTITION_GAUGES: dict[str, tuple[str, str]] = {
     "committed_offset": ("pairstream_committed_offset", "Offset committed for the group"),

@@ -29,13 +29,28 @@ from tables.pairing_state import table
 conf = settings()
 
 # What an event of each source topic can count as, so zeros show too.
-COUNTERS = {
+COUNTERS: dict[str, tuple[str, ...]] = {
     conf.events_topic: ("events_in", "valid", "dead_lettered"),
     conf.keyed_topic: ("events_in", "duplicates", "conflicts", "pairs", "expired", "late"),
 }
-# Each total sums one counter over the partitions of one topic (the keyed topic's
-# events_in repeats the valid events, so it is left out).
-TOTALS = {name: topic for topic, names in reversed(COUNTERS.items()) for name in names}
+_inputs, _ = conf.pattern_topics()
+for _topic in _inputs:
+    COUNTERS[_topic] = ("pattern_inputs_in", "pattern_inputs_invalid")
+if _inputs:
+    COUNTERS[conf.pattern_events_topic] = (
+        "pattern_events_in",
+        "matches",
+        "pattern_late",
+        "pattern_duplicates",
+        "pattern_partials_dropped",
+    )
+# Each total sums one counter over the partitions of the topics that count it (the keyed
+# topic's events_in repeats the valid events, so it is left out).
+TOTALS: dict[str, set[str]] = {}
+for _topic, _names in COUNTERS.items():
+    for _name in _names:
+        TOTALS.setdefault(_name, set()).add(_topic)
+TOTALS["events_in"] = {conf.events_topic}
 THROUGHPUT_WINDOWS = (1, 10, 60)
 # What delivery's steps count, exactly once per record (delivery/agent.py).
 DELIVERY_RECORDED = (
@@ -115,8 +130,8 @@ def totals(partitions: list[dict[str, Any]]) -> dict[str, int]:
     """Sums over the active partitions: counters, pending events and lag."""
     active = [p for p in partitions if p["role"] == "active"]
     sums = {
-        name: sum(p["counters"][name] for p in active if p["topic"] == topic)
-        for name, topic in TOTALS.items()
+        name: sum(p["counters"][name] for p in active if p["topic"] in topics)
+        for name, topics in TOTALS.items()
     }
     sums["pending"] = sum((p.get("pending") or {}).get("count", 0) for p in active)
     sums["lag"] = sum(p["lag"] or 0 for p in active)

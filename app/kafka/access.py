@@ -109,10 +109,9 @@ def worker_topics(conf: Settings) -> tuple[set[str], set[str]]:
         reads.add(conf.sources_topic)
         writes |= {conf.enriched_topic, conf.sources_dead_letter_topic}
     if conf.patterns is not None:
-        assert conf.patterns.input is not None  # load_patterns requires it
-        reads |= {*conf.patterns.input.topics, conf.pattern_events_topic}
-        writes.add(conf.pattern_events_topic)
-        writes |= {conf.match_topic(pattern.name) for pattern in conf.patterns.patterns}
+        inputs, matches = conf.pattern_topics()
+        reads |= {*inputs, conf.pattern_events_topic}
+        writes |= {conf.pattern_events_topic, *matches}
     return reads, writes
 
 
@@ -153,9 +152,10 @@ def analytics_permissions(conf: Settings) -> list[Permission]:
         conf.pairs_topic,
         conf.unpaired_topic,
         conf.dead_letter_topic,
+        *(name for names in conf.pattern_topics() for name in names),
     ]
     return [
-        *(Permission(ResourceType.TOPIC, name, Operation.READ) for name in topics),
+        *(Permission(ResourceType.TOPIC, name, Operation.READ) for name in sorted(set(topics))),
         Permission(ResourceType.GROUP, conf.app_id, Operation.READ),
         Permission(ResourceType.GROUP, "spark-kafka-source-", Operation.READ, Pattern.PREFIXED),
     ]

@@ -60,9 +60,8 @@ def topic_partitions(conf: Settings) -> dict[str, int]:
             conf.sources_by_partition_topic,
         ]
     if conf.patterns is not None:
-        assert conf.patterns.input is not None  # load_patterns requires it
-        extra += [*conf.patterns.input.topics, conf.pattern_events_topic]
-        extra += [conf.match_topic(pattern.name) for pattern in conf.patterns.patterns]
+        inputs, matches = conf.pattern_topics()
+        extra += [*inputs, conf.pattern_events_topic, *matches]
     for name in extra:
         topics.setdefault(name, conf.partitions)
     return topics

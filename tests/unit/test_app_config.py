@@ -4,14 +4,16 @@ import asyncio
 import gc
 import os
 import threading
+from pathlib import Path
 
 import faust
 import pytest
 
 from app import worker as worker_module
 from app.faust_app import app, create_app
-from app.settings import settings
+from app.settings import Settings, settings
 from app.worker import PairstreamWorker
+from pairing.patterns import PatternError
 from tables.pairing_state import table
 
 
@@ -157,3 +159,15 @@ async def test_a_stop_not_ended_within_its_grace_exits_the_process(
     finally:
         stopping.cancel()
         settings.cache_clear()
+
+
+def test_a_pattern_file_that_reads_another_stages_input_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "patterns.toml"
+    pattern = '[[pattern]]\nname = "p"\nkey = "k"\nwithin = 1\n[[pattern.step]]\nname = "s"\n'
+    path.write_text(f'[input]\ntopics = ["clicks", "events"]\n{pattern}')
+    with pytest.raises(PatternError, match="topic 'events' is pairing's input"):
+        _ = Settings(patterns_file=path).patterns
+    path.write_text(f'[input]\ntopics = ["clicks", "unpaired"]\n{pattern}')
+    declared = Settings(patterns_file=path).patterns
+    assert declared is not None and declared.input is not None
+    assert declared.input.topics == ("clicks", "unpaired")

@@ -1,5 +1,5 @@
 """The windowed stream-stream join of searches and clicks by session within one hour,
-declared as two patterns (deploy/patterns/search-click.toml): over random streams from
+declared as two patterns (deploy/patterns/examples.toml): over random streams from
 random sources in any order, its matches are exactly a nested-loop join's, inner pairs
 and the searches the left outer join adds."""
 
@@ -17,7 +17,7 @@ from tests.unit.test_pattern_partition import arrivals, deliver
 from tests.unit.test_patterns import S
 
 ROOT = Path(__file__).resolve().parents[2]
-DECLARED = load_patterns(ROOT / "deploy" / "patterns" / "search-click.toml")
+DECLARED = load_patterns(ROOT / "deploy" / "patterns" / "examples.toml")
 HOUR = 3600 * S
 
 

@@ -107,13 +107,14 @@ def test_an_event_at_or_before_the_patterns_watermark_is_late_for_every_pattern(
     store = BytesStore()
     partition = PatternPartition(engines, store, EventClock(), 10 * S)
     assert partition.add(event(0, "a", account="1", type="A")) == []
-    [single] = partition.observe(progress(0, 1, 30 * S)).matches  # the watermark: 20 s
-    assert partition.watermark == 20 * S and (single.pattern, single.events) == ("any", (("a",),))
+    [single] = partition.observe(progress(0, 1, 30 * S)).matches  # the watermark: 20 s - 1 µs
+    assert partition.watermark == 20 * S - 1
+    assert (single.pattern, single.events) == ("any", (("a",),))
     # Key 1's state of the pattern "p" was not due since, so behind: the partition decides.
-    for time in (20, 5):
+    for time in (19.999999, 5):
         late = event(time, f"late{time}", account="1", type="B")
         assert partition.add(late) == [("p", Refused(late, "late")), ("any", Refused(late, "late"))]
-    on_time = event(21, "b", account="1", type="B")
+    on_time = event(20, "b", account="1", type="B")  # behind by the lateness: on time
     assert partition.add(on_time) == []
     decided = partition.observe(progress(0, 1, 31 * S + 10 * S)).matches
     # Completed at one time: in the order of the patterns' names.
@@ -175,7 +176,7 @@ def test_an_advance_reads_only_the_keys_it_has_work_for() -> None:
     for second in range(2, 60):
         assert partition.observe(progress(0, 1, second * S)).matches == ()
     assert store.reads == 0
-    partition.observe(progress(0, 1, 60 * S))  # every window closes
+    partition.observe(progress(0, 1, 60 * S + 1))  # every window closes
     assert store.reads == 500 and store.data == {} and partition.live_keys() == 0
 
 

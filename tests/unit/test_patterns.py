@@ -82,7 +82,9 @@ class Driver:
         return refused[0][1] if refused else None
 
     def advance(self, watermark: int) -> list[Match]:
-        decided = self.partition.observe(WatermarkUpdate(0, 1, watermark, idle=False))
+        # The patterns' watermark lags the progress by 1 µs (a source may still send events
+        # at its progress): `watermark` is the patterns'.
+        decided = self.partition.observe(WatermarkUpdate(0, 1, watermark + 1, idle=False))
         self.matches += decided.matches
         self.dropped += decided.dropped
         return list(decided.matches)
