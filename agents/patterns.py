@@ -136,7 +136,7 @@ class MatchPartition:
     def __init__(self, task: PartitionTask) -> None:
         self.table = PatternTable(task)
         self.patterns = PatternPartition(
-            ENGINES, self.table, self.table.clock(), conf.pattern_lateness_us
+            ENGINES, self.table.store, self.table.clock(), conf.pattern_lateness_us
         )
 
 
@@ -168,9 +168,9 @@ def match_run(task: PartitionTask, records: RunRecords) -> None:
             continue
         watermarks += 1
         decided = patterns.observe(decode_watermark(loads(value)))
-        partition.table.set_clock(patterns.clock)
         if decided.matches or decided.dropped:
             publish(decided, outbox)
+    partition.table.flush(patterns.clock if watermarks else None)
     outbox.count("pattern_events_in", len(records) - watermarks)
     if watermarks:
         outbox.count("watermarks", watermarks)

@@ -45,7 +45,8 @@ from bench.pairstream import (
 from bench.workload import INPUT_PARTITIONS, create_topic, workload
 from pairing.pattern_engine import PatternEngine
 from pairing.pattern_partition import PatternPartition
-from pairing.pattern_state import PatternEvent, PatternState, decode, encode
+from pairing.pattern_state import PatternEvent, decode
+from pairing.pattern_store import EncodedPatternStore, MemoryBytes
 from pairing.patterns import FieldValue, parse_patterns
 from pairing.watermarks import EventClock, WatermarkUpdate
 from tools.demo import start_worker, stop_worker, wait_ready
@@ -235,36 +236,17 @@ def state_bytes_per_1000_partials(keys: int = 1000) -> float:
     """Encoded state (what the changelog and RocksDB hold for it) of `keys` keys each with
     one open partial match (an A taken, its B awaited), per 1,000 partials."""
     [pattern] = parse_patterns(pattern_file("events", 1)).patterns
-    store = _Store()
+    data = MemoryBytes()
+    store = EncodedPatternStore(data)
     partition = PatternPartition([PatternEngine(pattern)], store, EventClock(), 0)
     for n in range(keys):
         fields: dict[str, FieldValue] = {"type": "A", "value": n}
         partition.add(PatternEvent(1_707_512_400_000_000, f"A-{n}-123456789", fields))
     partition.observe(WatermarkUpdate(0, 1, 1_707_512_401_000_000, False))
-    partials = sum(len(decode(raw).partials) for raw in store.data.values())
+    store.flush()
+    partials = sum(len(decode(raw).partials) for raw in data.values())
     assert partials == keys, partials
-    size = sum(
-        len(k.encode()) + 1 + len(k2.encode()) + len(raw) for (k, k2), raw in store.data.items()
-    )
-    return size / keys * 1000
-
-
-class _Store:
-    def __init__(self) -> None:
-        self.data: dict[tuple[str, str], bytes] = {}
-
-    def get(self, pattern: str, key: str) -> PatternState | None:
-        raw = self.data.get((pattern, key))
-        return None if raw is None else decode(raw)
-
-    def put(self, pattern: str, state: PatternState) -> None:
-        self.data[(pattern, state.key)] = encode(state)
-
-    def delete(self, pattern: str, key: str) -> None:
-        del self.data[(pattern, key)]
-
-    def states(self) -> list[tuple[str, PatternState]]:
-        return [(p, decode(raw)) for (p, _), raw in self.data.items()]
+    return sum(len(key) + len(raw) for key, raw in data.items()) / keys * 1000
 
 
 def main(argv: list[str] | None = None) -> None:

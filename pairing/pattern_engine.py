@@ -320,7 +320,7 @@ class PatternEngine:
         others expire. Past last event: each match emitted removes every partial that
         starts at or before its last event."""
         within = self.pattern.within_us
-        if all(p.first[0] + within > upto for p in partials):
+        if not partials or all(p.first[0] + within > upto for p in partials):
             return partials
         due = sorted(
             (p for p in partials if p.first[0] + within <= upto and self._waits(p)),

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from pairing.immutable import immutable
 from pairing.pattern_engine import PatternEngine
-from pairing.pattern_state import Match, PatternEvent, PatternState, Refused
+from pairing.pattern_state import Match, PatternEvent, PatternState, Refused, key_text
 from pairing.watermarks import EventClock, WatermarkUpdate
 
 
@@ -116,24 +116,32 @@ class PatternPartition:
         if stamp_us is not None:
             by_stamp = stamp_us - self.lateness_us - 1  # late: behind it by more
             limit = by_stamp if limit is None else max(limit, by_stamp)
-        engines = self._engines.values() if key_field is None else self._keyed_by.get(key_field, ())
-        for engine in engines:
-            name = engine.pattern.name
-            key = engine.key_of(event)
-            if key is None:
+        fields = self._keyed_by if key_field is None else (key_field,)
+        late = limit is not None and event.time <= limit
+        store, due = self.store, self._due
+        for field in fields:
+            engines = self._keyed_by.get(field)
+            key = None if engines is None else key_text(event.fields.get(field))
+            if engines is None or key is None:
                 continue
-            if limit is not None and event.time <= limit:
-                # The key's own state may be behind (not due since): the partition's
-                # watermark decides, so that lateness does not depend on other events.
-                refused.append((name, Refused(event, "late")))
-                continue
-            state = self.store.get(name, key) or engine.start(key, watermark)
-            added = engine.add(state, event)
-            if isinstance(added, Refused):
-                refused.append((name, added))
-                continue
-            self.store.put(name, added)
-            self._file(name, added, push=True)
+            for engine in engines:
+                name = engine.pattern.name
+                if late:
+                    # The key's own state may be behind (not due since): the partition's
+                    # watermark decides, so that lateness does not depend on other events.
+                    refused.append((name, Refused(event, "late")))
+                    continue
+                state = store.get(name, key) or engine.start(key, watermark)
+                added = engine.add(state, event)
+                if isinstance(added, Refused):
+                    refused.append((name, added))
+                    continue
+                store.put(name, added)
+                # Buffering an event moves the key's wake to it at the latest (wake_at).
+                at = due.get((name, key))
+                if at is None or event.time < at:
+                    due[(name, key)] = event.time
+                    heapq.heappush(self._wake, (event.time, name, key))
         return refused
 
     def observe(self, update: WatermarkUpdate) -> Decided:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import orjson
+
 from pairing.grammar import format_time
 from pairing.immutable import immutable
 from pairing.pattern_state import Match, PatternEvent, event_doc, event_from_doc
 from pairing.patterns import Pattern
-from pairing.records import Source, dumps, loads
+from pairing.records import Source, dumps
 
 
 @immutable
@@ -21,9 +23,13 @@ class RoutedPatternEvent:
 
 
 def encode_pattern_event(routed: RoutedPatternEvent) -> bytes:
-    """A JSON array (a watermark record is an object): the event as its state keeps it."""
+    """A JSON array (a watermark record is an object) of where it came from, a newline,
+    then the event as its state keeps it (orjson escapes every newline inside a string,
+    so the first one ends the array): the partition that takes it keeps those bytes
+    (`PatternEvent.encoded`). orjson reads its numbers back exactly
+    (pairing/pattern_state.py)."""
     source = routed.source
-    return dumps(
+    header = orjson.dumps(
         [
             routed.key_field,
             routed.progress_us,
@@ -31,15 +37,16 @@ def encode_pattern_event(routed: RoutedPatternEvent) -> bytes:
             source.partition,
             source.offset,
             source.timestamp_ms,
-            event_doc(routed.event),
         ]
     )
+    return header + b"\n" + orjson.dumps(event_doc(routed.event))
 
 
 def decode_pattern_event(data: bytes) -> RoutedPatternEvent:
-    key_field, progress_us, topic, partition, offset, timestamp_ms, event = loads(data)
+    header, _, event = data.partition(b"\n")
+    key_field, progress_us, topic, partition, offset, timestamp_ms = orjson.loads(header)
     return RoutedPatternEvent(
-        event_from_doc(event),
+        event_from_doc(orjson.loads(event), event),
         key_field,
         Source(topic, partition, offset, timestamp_ms),
         progress_us,

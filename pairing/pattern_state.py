@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import field
 from decimal import Decimal
 from typing import Any, Literal
+
+import orjson
 
 from pairing.events import canonical_number
 from pairing.immutable import immutable
@@ -22,16 +25,20 @@ Position = tuple[int, str]
 """Where an event stands among its key's events: (event time in microseconds, identity).
 A key's events are taken in this order, so no answer depends on arrival order."""
 
-FORMAT = 1  # of the encoded state: a later change of layout can still read this one
+FORMAT = 2  # of the encoded state: a later change of layout can still read this one
 
 
 @immutable
 class PatternEvent:
-    """An event as patterns see it: when, which, and its fields."""
+    """An event as patterns see it: when, which, and its fields. `encoded`: its JSON as
+    `event_doc` writes it, when it came so (routed to its key's partition): an event
+    buffered by ten patterns is then encoded into their states without being encoded
+    again. Not part of what the event is (equality)."""
 
     time: int  # event time, microseconds since the epoch
     identity: str
     fields: Mapping[str, FieldValue]
+    encoded: bytes | None = field(default=None, compare=False, repr=False)
 
     @property
     def position(self) -> Position:
@@ -114,70 +121,99 @@ def key_text(value: FieldValue) -> str | None:
 
 
 # --- bytes -------------------------------------------------------------------
+# A state is a JSON array, [FORMAT, key, watermark, last, buffer, partials, dropped],
+# written and read by orjson. orjson has no Decimal and reads an integer beyond 64
+# bits as a float, so those field values are tagged objects ({"d": "1.50"},
+# {"i": "1180591620717411303424"}). Format 1 (a JSON object, read exactly by `json`)
+# is still read, so a worker upgraded over its changelog carries on.
 
 
 def encode(state: PatternState) -> bytes:
-    doc = {
-        "format": FORMAT,
-        "key": state.key,
-        "watermark": state.watermark,
-        "last": state.last,
-        "buffer": [event_doc(e) for e in state.buffer],
-        "partials": [
-            [p.taken, p.blocked, [[step, name, _value(v)] for step, name, v in p.bound]]
-            for p in state.partials
-        ],
-        "dropped": state.dropped,
-    }
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+    return orjson.dumps(
+        [
+            FORMAT,
+            state.key,
+            state.watermark,
+            state.last,
+            [event_doc(e) for e in state.buffer],
+            [
+                [p.taken, p.blocked, [[step, name, _value(v)] for step, name, v in p.bound]]
+                for p in state.partials
+            ],
+            state.dropped,
+        ]
+    )
 
 
 def decode(raw: bytes) -> PatternState:
-    """What `encode` wrote; ValueError for anything else."""
+    """What `encode` wrote (or format 1); ValueError for anything else."""
     try:
-        doc = json.loads(raw)
-        if doc.get("format") != FORMAT:
-            raise ValueError(f"pattern state of format {doc.get('format')!r}, not {FORMAT}")
+        if raw[:1] == b"{":
+            doc = json.loads(raw)
+            if doc.get("format") != 1:
+                raise ValueError(f"a pattern state object of format {doc.get('format')!r}")
+            fields = [doc[name] for name in _FORMAT_1]
+        else:
+            doc = orjson.loads(raw)
+            if not isinstance(doc, list) or doc[:1] != [FORMAT]:
+                raise ValueError(f"not a pattern state of format {FORMAT}: {raw[:40]!r}")
+            fields = doc[1:]
+        key, watermark, last, buffer, partials, dropped = fields
         return PatternState(
-            doc["key"],
-            doc["watermark"],
-            None if doc["last"] is None else _position(doc["last"]),
-            tuple(event_from_doc(e) for e in doc["buffer"]),
+            key,
+            watermark,
+            None if last is None else _position(last),
+            tuple(event_from_doc(e) for e in buffer),
             tuple(
                 Partial(
                     tuple(tuple(_position(p) for p in step) for step in taken),
                     blocked,
                     tuple((step, name, _read(v)) for step, name, v in bound),
                 )
-                for taken, blocked, bound in doc["partials"]
+                for taken, blocked, bound in partials
             ),
-            doc["dropped"],
+            dropped,
         )
     except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not an encoded pattern state: {exc}") from exc
+        raise ValueError(f"not an encoded pattern state: {exc}") from exc  # orjson's too
 
 
-def event_doc(event: PatternEvent) -> list[Any]:
-    """An event as JSON holds it (in a state, or routed to its key's partition)."""
+_FORMAT_1 = ("key", "watermark", "last", "buffer", "partials", "dropped")
+
+
+def event_doc(event: PatternEvent) -> list[Any] | orjson.Fragment:
+    """An event as JSON holds it (in a state, or routed to its key's partition), for
+    orjson to write."""
+    if event.encoded is not None:
+        return orjson.Fragment(event.encoded)
     return [event.time, event.identity, {name: _value(v) for name, v in event.fields.items()}]
 
 
-def event_from_doc(doc: Any) -> PatternEvent:
-    """What `event_doc` made; TypeError or ValueError for anything else."""
+def event_from_doc(doc: Any, encoded: bytes | None = None) -> PatternEvent:
+    """What `event_doc` made (read from `encoded`, if given); TypeError or ValueError
+    for anything else."""
     time, identity, fields = doc
     if not isinstance(time, int) or not isinstance(identity, str):
         raise TypeError(f"not an event: {doc!r}")
-    return PatternEvent(time, identity, {n: _read(v) for n, v in fields.items()})
+    return PatternEvent(time, identity, {n: _read(v) for n, v in fields.items()}, encoded)
+
+
+_INT64 = range(-(2**63), 2**63)
 
 
 def _value(value: FieldValue) -> Any:
-    # JSON has one kind of number; a Decimal is tagged so it reads back a Decimal.
-    return {"d": str(value)} if isinstance(value, Decimal) else value
+    if isinstance(value, Decimal):
+        return {"d": str(value)}
+    if isinstance(value, int) and value not in _INT64:
+        return {"i": str(value)}
+    return value
 
 
 def _read(value: Any) -> FieldValue:
     if isinstance(value, dict):
-        return Decimal(value["d"])
+        if "d" in value:
+            return Decimal(value["d"])
+        return int(value["i"])
     if value is None or (isinstance(value, str | int) and not isinstance(value, bool)):
         return value
     raise TypeError(f"not a field value: {value!r}")

@@ -10,11 +10,9 @@ inside the steps' transactions like the pairing state. Imported only with a patt
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from app.exactly_once.partition_tasks import PartitionTask
 from app.settings import settings
-from pairing.pattern_state import PatternState, decode, encode
+from pairing.pattern_store import EncodedPatternStore
 from pairing.records import CLOCK_KEY, decode_clock, encode_clock
 from pairing.watermarks import EventClock
 from tables import TableWriter, bytes_table
@@ -26,35 +24,22 @@ progress = bytes_table("pattern-progress", conf.partitions, conf.patterns.input.
 states = bytes_table("pattern-state", conf.partitions, [conf.pattern_events_topic])
 
 
-def _key(pattern: str, key: str) -> bytes:
-    return f"{pattern}/{key}".encode()
-
-
 class PatternTable:
-    """The `PatternStore` of one partition of the pattern events, and its clock."""
+    """One partition of the pattern events' state: its `PatternStore` and its clock,
+    written into the step's transaction by `flush` as the step ends. It lives as long as
+    its partition task's processor, which goes with any step cut off."""
 
-    __slots__ = ("_table",)
+    __slots__ = ("_table", "store")
 
     def __init__(self, task: PartitionTask) -> None:
         self._table = TableWriter(states, task)
-
-    def get(self, pattern: str, key: str) -> PatternState | None:
-        raw = self._table.get(_key(pattern, key))
-        return None if raw is None else decode(raw)
-
-    def put(self, pattern: str, state: PatternState) -> None:
-        self._table.put(_key(pattern, state.key), encode(state))
-
-    def delete(self, pattern: str, key: str) -> None:
-        self._table.delete(_key(pattern, key))
-
-    def states(self) -> Iterator[tuple[str, PatternState]]:
-        for raw_key, raw in self._table.items():
-            if raw_key != CLOCK_KEY:
-                yield raw_key.decode().split("/", 1)[0], decode(raw)
+        self.store = EncodedPatternStore(self._table)
 
     def clock(self) -> EventClock:
         return decode_clock(self._table.get(CLOCK_KEY))
 
-    def set_clock(self, clock: EventClock) -> None:
-        self._table.put(CLOCK_KEY, encode_clock(clock))
+    def flush(self, clock: EventClock | None) -> None:
+        """The step's writes: the states it changed, and the clock if it moved."""
+        self.store.flush()
+        if clock is not None:
+            self._table.put(CLOCK_KEY, encode_clock(clock))

@@ -73,8 +73,8 @@ def test_the_join_is_a_nested_loop_join_from_any_sources_in_any_order(
     events: list[PatternEvent], data: st.DataObject
 ) -> None:
     sources, order = data.draw(arrivals(events))
-    restarts = data.draw(st.lists(st.booleans(), min_size=len(order), max_size=len(order)))
-    deliver(list(DECLARED.patterns), events, sources, order, restarts, nested_loop_join(events))
+    steps = data.draw(st.lists(st.integers(0, 2), min_size=len(order), max_size=len(order)))
+    deliver(list(DECLARED.patterns), events, sources, order, steps, nested_loop_join(events))
 
 
 def test_a_click_an_hour_after_its_search_joins_and_one_a_second_later_does_not() -> None:
@@ -84,7 +84,7 @@ def test_a_click_an_hour_after_its_search_joins_and_one_a_second_later_does_not(
     [inner] = nested_loop_join([search, on_edge, too_late])
     assert inner.events == (("s",), ("c1",))
     deliver(list(DECLARED.patterns), [search, on_edge, too_late], 1,
-            [(0, 0), (0, 1), (0, 2)], [False] * 3, [inner])  # fmt: skip
+            [(0, 0), (0, 1), (0, 2)], [0] * 3, [inner])  # fmt: skip
     [outer] = nested_loop_join([search, too_late])
     assert (outer.pattern, outer.completed_at) == ("search-without-click", HOUR)
-    deliver(list(DECLARED.patterns), [search, too_late], 1, [(0, 0), (0, 1)], [True] * 2, [outer])
+    deliver(list(DECLARED.patterns), [search, too_late], 1, [(0, 0), (0, 1)], [2] * 2, [outer])

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from pairing.pattern_engine import PatternEngine
 from pairing.pattern_partition import PatternPartition
 from pairing.pattern_state import Match, PatternEvent, PatternState, Refused
+from pairing.pattern_store import EncodedPatternStore, MemoryBytes
 from pairing.patterns import Pattern, parse_pattern
 from pairing.watermarks import EventClock, WatermarkUpdate
 from tests.pattern_model import expected_matches
@@ -55,22 +56,24 @@ def deliver(
     events: list[PatternEvent],
     sources: int,
     order: list[tuple[int, int]],
-    restarts: list[bool],
+    steps: list[int],
     expected: list[Match],
 ) -> None:
     """The events in `order` (source, event) through one partition of the patterns, each
-    followed by its source's progress, restarted from the stored bytes where `restarts`
-    says; at every watermark the matches decided are exactly the `expected` that
+    followed by its source's progress; a step ends (its writes flushed to the bytes, as
+    a worker's does) where `steps` says 1 or 2, and at 2 the partition restarts from the
+    bytes. At every watermark the matches decided are exactly the `expected` that
     completed at or before it, and in the end all of them, with nothing left stored."""
     engines = [PatternEngine(pattern, 10_000) for pattern in declared]
-    store = BytesStore()
+    data = MemoryBytes()
+    store = EncodedPatternStore(data)
     partition = PatternPartition(engines, store, EventClock(), LATENESS)
     heard = {source for source, _ in order}
     for source in set(range(sources)) - heard:
         partition.observe(progress(source, sources, None, idle=True))  # nothing there
     latest: dict[int, int] = {}
     matches: list[Match] = []
-    for (source, n), restart in zip(order, restarts, strict=True):
+    for (source, n), step in zip(order, steps, strict=True):
         latest[source] = max(latest.get(source, events[n].time), events[n].time)
         # Never late: LATENESS covers the disorder.
         assert partition.add(events[n], latest[source]) == []
@@ -78,13 +81,17 @@ def deliver(
         watermark = partition.watermark
         decided = [m for m in expected if watermark is not None and m.completed_at <= watermark]
         assert Counter(matches) == Counter(decided)
-        if restart:
+        if step:
+            store.flush()
+        if step == 2:
             clock = EventClock(sources, dict(partition.clock.marks), partition.clock.watermark_us)
+            store = EncodedPatternStore(data)
             partition = PatternPartition(engines, store, clock, LATENESS)
     for source in range(sources):
         matches += partition.observe(progress(source, sources, 10**6 * S)).matches
+    store.flush()
     assert Counter(matches) == Counter(expected)
-    assert store.data == {} and partition.live_keys() == 0
+    assert data == {} and partition.live_keys() == 0
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -95,9 +102,9 @@ def test_the_matches_are_the_models_from_any_sources_in_any_order(
     declared = [parse_pattern(first), parse_pattern({**second, "name": "q", "key": "value"})]
     events = data.draw(streams(first))
     sources, order = data.draw(arrivals(events))
-    restarts = data.draw(st.lists(st.booleans(), min_size=len(order), max_size=len(order)))
+    steps = data.draw(st.lists(st.integers(0, 2), min_size=len(order), max_size=len(order)))
     expected = [m for pattern in declared for m in expected_matches(pattern, events)]
-    deliver(declared, events, sources, order, restarts, expected)
+    deliver(declared, events, sources, order, steps, expected)
 
 
 def test_an_event_at_or_before_the_patterns_watermark_is_late_for_every_pattern() -> None:

@@ -4,6 +4,7 @@ the engine's matches are the naive model's (tests/pattern_model.py)."""
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from collections import Counter
@@ -537,7 +538,16 @@ def test_the_state_reads_back_from_its_bytes() -> None:
     assert again.buffer[0].fields["v"] == Decimal("1.50") and isinstance(
         again.partials[0].bound[0][2], Decimal
     )
-    for garbage in (b"", b"{}", b'{"format": 2}', b"[1]"):
+    # Format 1, a JSON object as workers before format 2 wrote it, still reads.
+    format_1 = {
+        "format": 1, "key": "k", "watermark": None, "last": [3, "a"],
+        "buffer": [[7, "x", {"v": {"d": "1.50"}, "i": 10**40}]],
+        "partials": [[[[[1, "a"]]], None, []]], "dropped": 0,
+    }  # fmt: skip
+    old = decode(json.dumps(format_1).encode())
+    assert old.buffer[0].fields == {"v": Decimal("1.50"), "i": 10**40}
+    assert old.partials[0].taken == (((1, "a"),),) and old.last == (3, "a")
+    for garbage in (b"", b"{}", b'{"format": 2}', b"[1]", b"5", b'[2, "k"]'):
         with pytest.raises(ValueError):
             decode(garbage)
 

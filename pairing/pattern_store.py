@@ -1,0 +1,112 @@
+"""The pattern states of one partition kept as bytes (a partition of a changelog-backed
+table): a `PatternStore` (pairing/pattern_partition.py) that decodes a state once, keeps
+the recent ones decoded, and writes each state a step changed once, encoded, when the
+step ends (`flush`). Pure: the bytes are the caller's.
+
+A key is added to, advanced when its events are passed by the watermark and again when
+its window closes, often within one step, and with ten patterns an event is ten keys:
+decoding and encoding a state at each of these was most of a worker's time with
+patterns (docs/patterns.md has the figures).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Protocol
+
+from pairing.pattern_state import PatternState, decode, encode
+
+RECENT_STATES = 20_000
+"""How many states a partition keeps decoded, as it last read or wrote them: a few
+hundred bytes each decoded, so some MiB a partition."""
+
+
+class PartitionBytes(Protocol):
+    """One partition of a bytes table, as a step reads and writes it."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def put(self, key: bytes, value: bytes) -> None: ...
+
+    def delete(self, key: bytes) -> None: ...
+
+    def items(self) -> Iterable[tuple[bytes, bytes]]: ...
+
+
+class MemoryBytes(dict[bytes, bytes]):
+    """Bytes in memory, for a store outside a worker (the benchmarks, the tests)."""
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self[key] = value
+
+    def delete(self, key: bytes) -> None:
+        self.pop(key, None)
+
+
+def state_key(pattern: str, key: str) -> bytes:
+    """Where (pattern, key) is stored: a pattern's name has no `/`, and none starts with
+    `~`, which the partition's other entries (its clock) do."""
+    return f"{pattern}/{key}".encode()
+
+
+class EncodedPatternStore:
+    """The states of one partition over its bytes. A state written is read back as
+    written until `flush` encodes it; whoever drops the store unflushed drops the step's
+    writes with it (a worker drops a step's processor with any step cut off)."""
+
+    __slots__ = ("_bytes", "_recent", "_written")
+
+    def __init__(self, data: PartitionBytes) -> None:
+        self._bytes = data
+        self._recent: dict[tuple[str, str], PatternState] = {}
+        self._written: dict[tuple[str, str], PatternState | None] = {}  # None: deleted
+
+    def get(self, pattern: str, key: str) -> PatternState | None:
+        at = (pattern, key)
+        written = self._written
+        if at in written:
+            return written[at]
+        state = self._recent.get(at)
+        if state is None:
+            raw = self._bytes.get(state_key(pattern, key))
+            if raw is None:
+                return None
+            state = decode(raw)
+            self._remember(at, state)
+        return state
+
+    def put(self, pattern: str, state: PatternState) -> None:
+        self._written[(pattern, state.key)] = state
+
+    def delete(self, pattern: str, key: str) -> None:
+        self._written[(pattern, key)] = None
+
+    def states(self) -> Iterator[tuple[str, PatternState]]:
+        """Every stored state, by its pattern's name (what is written and not flushed is
+        not among them: read once, as a partition is loaded)."""
+        for raw_key, raw in self._bytes.items():
+            if raw_key[:1] != b"~":
+                pattern, key = raw_key.decode().split("/", 1)
+                state = decode(raw)
+                self._remember((pattern, key), state)
+                yield pattern, state
+
+    def flush(self) -> int:
+        """Write what the step changed to the bytes, each state once; how many."""
+        written = self._written
+        for (pattern, key), state in written.items():
+            if state is None:
+                self._bytes.delete(state_key(pattern, key))
+                self._recent.pop((pattern, key), None)
+            else:
+                self._bytes.put(state_key(pattern, key), encode(state))
+                self._remember((pattern, key), state)
+        count = len(written)
+        written.clear()
+        return count
+
+    def _remember(self, at: tuple[str, str], state: PatternState) -> None:
+        recent = self._recent
+        if len(recent) >= RECENT_STATES and at not in recent:
+            recent.clear()  # O(1) a state, no order kept: the next ones fill it again
+        recent[at] = state
