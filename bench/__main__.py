@@ -37,6 +37,7 @@ from bench.measure import median, stolen_seconds
 from bench.pairstream import run_worker
 from bench.patterns import (
     COUNTS,
+    records_for,
     run_pattern_latency,
     run_patterns,
     state_bytes_per_1000_partials,
@@ -207,7 +208,10 @@ async def patterns(plan: Plan, results: Results) -> None:
     records = with_ids(plan.records)
     for count in plan.pattern_counts:
         print(f"{count} patterns beside pairing ...", flush=True)
-        results.patterns.append(await run_patterns(plan.bootstrap, records, count, plan.timeout))
+        run_records = records_for(records, count)
+        results.patterns.append(
+            await run_patterns(plan.bootstrap, run_records, count, plan.timeout)
+        )
     rate = plan.cdc_rates[-1]  # 5,000 events/s (smoke: 500)
     print(f"latency, a pattern, {rate:,.0f} events/s ...", flush=True)
     results.pattern_latency = await run_pattern_latency(

@@ -168,9 +168,9 @@ def patterns_section(runs: list[PatternsThroughput], state_bytes: float | None) 
         " the encoded state (key and value, as the changelog and RocksDB hold it) of"
         f" {'-' if state_bytes is None else f'{state_bytes:,.0f}'} bytes per 1,000 open"
         " partial matches, one a key.",
-        ["patterns", "first to last: events/s", "steady events/s", "against pairing alone",
-         "worker CPU (s)"],
-        [[str(r.patterns), rate(r.run.through_rate), rate(r.run.steady_rate),
+        ["patterns", "events", "first to last: events/s", "steady events/s",
+         "against pairing alone", "worker CPU (s)"],
+        [[str(r.patterns), f"{r.run.events:,}", rate(r.run.through_rate), rate(r.run.steady_rate),
           ratio(r.run.through_rate, alone[0]) if alone else "-", f"{r.run.cpu_seconds:.1f}"]
          for r in runs],
     )  # fmt: skip

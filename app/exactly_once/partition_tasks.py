@@ -117,7 +117,7 @@ class PartitionTasks:
         # use (enrichment's rows: the pairs'), forgotten with theirs (app/exactly_once/step.py).
         self.processor_topics: dict[str, str] = {}
         # Input topics whose records reach their agent in runs (app/exactly_once/runs.py).
-        self.in_runs: set[str] = set()
+        self.in_runs: dict[str, int | None] = {}  # topic -> its stage's run_records
         # The id of the producer whose transaction carries every partition's offsets and
         # records (transport.ConcurrentTransactionManager); None between assignments.
         self.transactional_id: str | None = None
@@ -271,7 +271,7 @@ class PartitionTasks:
 
     def plug_in(self, stage: Stage) -> None:
         if stage.in_runs:
-            self.in_runs.add(stage.topic)
+            self.in_runs[stage.topic] = stage.run_records
         if stage.before_commit is not None:
             self.commit_hooks[stage.topic] = stage.before_commit
         if stage.processor_of is not None:

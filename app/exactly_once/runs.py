@@ -50,16 +50,17 @@ class Run:
 
 
 def in_runs(
-    fetched: Mapping[TP, list[Any]], topics: set[str], max_records: int
+    fetched: Mapping[TP, list[Any]], topics: Mapping[str, int | None], max_records: int
 ) -> dict[TP, list[Any]]:
-    """What a fetch returned, with the records of `topics` in runs of at most
-    `max_records` (one run holds the event loop while it is processed)."""
+    """What a fetch returned, with the records of `topics` in runs of at most the
+    topic's run size, or `max_records` (one run holds the event loop while it is
+    processed)."""
     result: dict[TP, list[Any]] = {}
     for tp, records in fetched.items():
         if tp.topic in topics and records:
+            size = topics[tp.topic] or max_records
             result[tp] = [
-                Run(tp, records[start : start + max_records])
-                for start in range(0, len(records), max_records)
+                Run(tp, records[start : start + size]) for start in range(0, len(records), size)
             ]
         else:
             result[tp] = records

@@ -18,6 +18,8 @@ class Stage:
     topic: str  # the input topic its steps consume
     # Its records reach the agent in runs (app/exactly_once/runs.py), not one by one.
     in_runs: bool = False
+    # Most records of one run; None: PAIRSTREAM_MAX_RUN_RECORDS.
+    run_records: int | None = None
     # Records a partition adds to its transaction just before it commits.
     before_commit: Callable[[PartitionTask], list[Record]] | None = None
     # The topic whose partition task keeps the processor its steps use.

@@ -26,7 +26,7 @@ def records(tp: TP, offsets: range) -> list[Any]:
 
 def test_a_fetch_is_cut_into_runs_of_the_topics_taken_in_runs_only() -> None:
     fetched = {EVENTS: records(EVENTS, range(10, 15)), OTHER: records(OTHER, range(3))}
-    result = in_runs(fetched, {"events"}, max_records=2)
+    result = in_runs(fetched, {"events": None}, max_records=2)
     runs = result[EVENTS]
     assert [[r.offset for r in run.value] for run in runs] == [[10, 11], [12, 13], [14]]
     assert [(run.value[0].offset, run.offset, run.timestamp) for run in runs] == [
@@ -35,6 +35,13 @@ def test_a_fetch_is_cut_into_runs_of_the_topics_taken_in_runs_only() -> None:
         (14, 14, 1014),
     ]
     assert result[OTHER] is fetched[OTHER]
+
+
+def test_a_topic_whose_stage_sets_a_run_size_is_cut_by_it() -> None:
+    fetched = {EVENTS: records(EVENTS, range(5)), OTHER: records(OTHER, range(5))}
+    result = in_runs(fetched, {"events": None, OTHER.topic: 4}, max_records=2)
+    assert [len(run.value) for run in result[EVENTS]] == [2, 2, 1]
+    assert [len(run.value) for run in result[OTHER]] == [4, 1]
 
 
 def test_faust_turns_a_run_into_one_message_at_its_last_offset() -> None:

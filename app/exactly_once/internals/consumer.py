@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, errors
@@ -204,8 +204,8 @@ class _RecordsInRuns:
 
     __slots__ = ("topics",)
 
-    def __init__(self, topics: set[str]) -> None:
-        self.topics = topics  # the registry's own set: topics added later count too
+    def __init__(self, topics: Container[str]) -> None:
+        self.topics = topics  # the registry's own: topics added later count too
 
     def __call__(self, value: bytes | None) -> bytes | None:
         return value
@@ -249,7 +249,7 @@ class _PartitionRecords(aiokafka_fetcher.PartitionRecords):  # type: ignore[misc
             self._consumer_record = _as_decoded
 
 
-def hand_on_decoded_records(consumer: AIOKafkaConsumer, topics: set[str]) -> None:
+def hand_on_decoded_records(consumer: AIOKafkaConsumer, topics: Container[str]) -> None:
     """Before the consumer starts (its `_value_deserializer` goes to its fetcher then):
     its records of `topics` reach faust as the record batch decoded them, to be wrapped
     in runs (app/exactly_once/runs.py). aiokafka's fetcher builds `PartitionRecords` by that module
