@@ -118,8 +118,9 @@ class Settings(BaseSettings):
         0.5,
         gt=0,
         description="how often each input partition's event-time progress reaches the keyed"
-        " partitions (a watermark record to each): unpaired and expired outcomes come up to"
-        " this much later than the progress that closes them",
+        " partitions (a watermark record to each): unpaired and expired outcomes, and"
+        " pattern matches, come up to this much later than the progress that decides them"
+        " (0.05: pattern matches within 200 ms, docs/patterns.md)",
     )
     max_run_records: int = Field(
         500,

@@ -419,9 +419,11 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
             " latency part's load, lateness 0 (the load is in time order within each input"
             " partition), for"
             f" {results.level_seconds:g} s (`bench/patterns.py`): from the later of two partners"
-            " handed to the producer to their match visible to a read_committed consumer.",
-            ["events/s", "matches", "p50 (s)", "p90 (s)", "p99 (s)", "worst (s)"],
-            [[rate(r.level.rate), f"{r.pairs:,}", f"{r.p50:.3f}", f"{r.p90:.3f}",
+            " handed to the producer to their match visible to a read_committed consumer. A"
+            " match waits for every input partition's progress to pass it, told at most once"
+            " a watermark interval (PAIRSTREAM_WATERMARK_INTERVAL_SECONDS).",
+            ["setting", "events/s", "matches", "p50 (s)", "p90 (s)", "p99 (s)", "worst (s)"],
+            [[r.app, rate(r.level.rate), f"{r.pairs:,}", f"{r.p50:.3f}", f"{r.p90:.3f}",
               f"{r.p99:.3f}", f"{r.max:.3f}"] for r in results.pattern_latency],
         )  # fmt: skip
     if results.cdc_throughput or results.cdc_latency:

@@ -1,14 +1,16 @@
 """Patterns on the exactly-once core (agents/patterns.py), on the real broker: two input
 topics of 4 partitions, records with random and absent keys, duplicates and invalid
-ones, three patterns over two key fields (a join, an absence, a quantifier), two
-workers, each SIGKILLed once while the stream flows. Every match the naive model finds
-over the valid events comes out exactly once, and nothing else."""
+ones, three patterns over two key fields (a join, an absence, a quantifier): two workers,
+each SIGKILLed once while the stream flows; and on the secured broker, one worker
+started after the whole stream is in the topics. Every match the naive model finds over
+the valid events comes out exactly once, and nothing else."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import random
+import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,8 +22,15 @@ from aiokafka import AIOKafkaProducer
 from pairing.pattern_input import read_pattern_event
 from pairing.pattern_state import PatternEvent
 from pairing.patterns import PatternFile, load_patterns
-from tests.integration.harness import Pipeline, Worker, read_partitions, stop_workers
+from tests.integration.harness import (
+    Pipeline,
+    Worker,
+    read_partitions,
+    secured_pipeline,
+    stop_workers,
+)
 from tests.pattern_model import expected_matches
+from tools import broker as local_broker
 
 pytestmark = pytest.mark.broker
 
@@ -156,39 +165,52 @@ async def read_matches(pipeline: Pipeline, declared: PatternFile) -> Counter[Any
     return found
 
 
-async def test_every_match_exactly_once_through_two_sigkills(broker: str, tmp_path: Path) -> None:
-    probe = Pipeline(broker, tmp_path)
-    name = probe.env_vars["PAIRSTREAM_APP_ID"]
+def declare(tmp_path: Path) -> tuple[list[str], Path, dict[str, str]]:
+    """Two input topics of a run of its own, `pattern_file` over them, and the settings
+    of a pipeline whose workers match it."""
+    name = f"it-{uuid.uuid4().hex[:10]}"
     topics = [f"{name}-searches", f"{name}-clicks"]
     path = tmp_path / "patterns.toml"
     path.write_text(pattern_file(*topics))
-    pipeline = Pipeline(
-        broker,
-        tmp_path,
-        PAIRSTREAM_APP_ID=name,
-        PAIRSTREAM_PARTITIONS=str(PARTITIONS),
-        PAIRSTREAM_PATTERNS_FILE=str(path),
-        PAIRSTREAM_PATTERN_LATENESS_SECONDS=str(LATENESS),
+    return (
+        topics,
+        path,
+        {
+            "PAIRSTREAM_APP_ID": name,
+            "PAIRSTREAM_PARTITIONS": str(PARTITIONS),
+            "PAIRSTREAM_PATTERNS_FILE": str(path),
+            "PAIRSTREAM_PATTERN_LATENESS_SECONDS": str(LATENESS),
+        },
     )
+
+
+async def every_match_once(
+    pipeline: Pipeline, topics: list[str], path: Path, workers: int, already_there: bool
+) -> None:
+    """The stream through `workers` workers, each SIGKILLed once while it flows (or, if
+    `already_there`, all of it in the topics before one starts, and no kill): every
+    match of the model exactly once, and nothing else."""
     await pipeline.create_topics()
     declared = load_patterns(path)
     records = stream(random.Random(76), COUNT)
     want = expected(declared, topics, records)
     assert sum(want.values()) > 500 and len({p for p, _, _ in want}) == 3
-    workers: list[Worker] = [pipeline.worker(i) for i in range(2)]
+    end = COUNT * 0.5 + 86400
+    if already_there:
+        await produce(pipeline, topics, records, rate=RATE * 100, end=end)
+    running: list[Worker] = [pipeline.worker(i) for i in range(workers)]
     try:
-        for worker in workers:
+        for worker in running:
             worker.start()
-        for worker in workers:
+        for worker in running:
             await worker.wait_ready()
-        producing = asyncio.ensure_future(
-            produce(pipeline, topics, records, rate=RATE, end=COUNT * 0.5 + 86400)
-        )
-        for victim in workers:  # each while the stream flows (15 s of it)
-            await asyncio.sleep(5)
-            victim.kill()
-            victim.start()
-        await producing
+        if not already_there:
+            producing = asyncio.ensure_future(produce(pipeline, topics, records, RATE, end))
+            for victim in running:  # each while the stream flows (15 s of it)
+                await asyncio.sleep(5)
+                victim.kill()
+                victim.start()
+            await producing
         deadline = asyncio.get_running_loop().time() + 240
         found: Counter[Any] = Counter()
         while asyncio.get_running_loop().time() < deadline:
@@ -197,14 +219,30 @@ async def test_every_match_exactly_once_through_two_sigkills(broker: str, tmp_pa
                 break
             await asyncio.sleep(2)
         await asyncio.sleep(3)  # anything beyond the model would land meanwhile
-        await stop_workers(workers)
+        await stop_workers(running)
         found = await read_matches(pipeline, declared)
     finally:
-        for worker in workers:
+        for worker in running:
             worker.kill()
     missing, extra = want - found, found - want
     assert not missing and not extra, (
         f"{sum(found.values())} matches of {sum(want.values())}; missing"
         f" {sum(missing.values())} {list(missing)[:3]}, extra {sum(extra.values())}"
-        f" {list(extra)[:3]}\n" + "\n".join(w.diagnosis() for w in workers)
+        f" {list(extra)[:3]}\n" + "\n".join(w.diagnosis() for w in running)
     )
+
+
+async def test_every_match_exactly_once_through_two_sigkills(broker: str, tmp_path: Path) -> None:
+    topics, path, overrides = declare(tmp_path)
+    pipeline = Pipeline(broker, tmp_path, **overrides)
+    await every_match_once(pipeline, topics, path, workers=2, already_there=False)
+
+
+async def test_every_match_exactly_once_on_the_secured_broker_from_a_waiting_stream(
+    secure_broker: list[local_broker.Node], tmp_path: Path
+) -> None:
+    """SASL_SSL, the worker with exactly the ACLs it needs (the pattern topics' too);
+    the whole stream in the topics before it starts."""
+    topics, path, overrides = declare(tmp_path)
+    pipeline = await secured_pipeline(secure_broker, tmp_path, **overrides)
+    await every_match_once(pipeline, topics, path, workers=1, already_there=True)
