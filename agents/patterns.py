@@ -37,6 +37,7 @@ from pairing.pattern_records import (
     match_record,
 )
 from pairing.pattern_state import Refused, key_text
+from pairing.pattern_store import StateNotStored
 from pairing.records import decode_watermark, loads
 from pairing.routing import partition_for
 from tables.pattern_state import PatternTable
@@ -164,8 +165,10 @@ def match_run(task: PartitionTask, records: RunRecords) -> None:
     outbox = task.outbox
     partition = task.processor(MatchPartition, MatchPartition)
     patterns = partition.patterns
+    store = partition.table.store
     watermarks = 0
     for record in records.each():
+        store.record = records.current
         value: bytes | None = record.value
         assert value is not None  # written by the router, never empty
         if value[:1] == b"[":  # an event (a watermark record is a JSON object)
@@ -180,7 +183,13 @@ def match_run(task: PartitionTask, records: RunRecords) -> None:
         decided = patterns.observe(decode_watermark(loads(value)))
         if decided.matches or decided.dropped:
             publish(decided, outbox)
-    partition.table.flush(patterns.clock if watermarks else None)
+    try:
+        partition.table.flush(patterns.clock if watermarks else None)
+    except StateNotStored as refused:
+        # Written as the step ends, the state is that of the record that changed it last:
+        # that record is dead-lettered, and the run handled again without it (run_once).
+        records.current = refused.record
+        raise
     outbox.count("pattern_events_in", len(records) - watermarks)
     if watermarks:
         outbox.count("watermarks", watermarks)

@@ -49,17 +49,30 @@ def state_key(pattern: str, key: str) -> bytes:
     return f"{pattern}/{key}".encode()
 
 
+class StateNotStored(ValueError):
+    """A state the step changed that its bytes refused (too large for a record, say),
+    and the step's record that changed it last: the one to set aside."""
+
+    def __init__(self, pattern: str, key: str, record: int, error: Exception) -> None:
+        super().__init__(f"the state of {pattern}/{key[:40]} cannot be stored: {error}")
+        self.record = record
+
+
 class EncodedPatternStore:
     """The states of one partition over its bytes. A state written is read back as
     written until `flush` encodes it; whoever drops the store unflushed drops the step's
-    writes with it (a worker drops a step's processor with any step cut off)."""
+    writes with it (a worker drops a step's processor with any step cut off).
+    `record`: the caller's number for what it is processing, which `flush` names when
+    the bytes refuse a state that changed."""
 
-    __slots__ = ("_bytes", "_recent", "_written")
+    __slots__ = ("_bytes", "_changed_by", "_recent", "_written", "record")
 
     def __init__(self, data: PartitionBytes) -> None:
         self._bytes = data
         self._recent: dict[tuple[str, str], PatternState] = {}
         self._written: dict[tuple[str, str], PatternState | None] = {}  # None: deleted
+        self._changed_by: dict[tuple[str, str], int] = {}
+        self.record = -1
 
     def get(self, pattern: str, key: str) -> PatternState | None:
         at = (pattern, key)
@@ -77,9 +90,11 @@ class EncodedPatternStore:
 
     def put(self, pattern: str, state: PatternState) -> None:
         self._written[(pattern, state.key)] = state
+        self._changed_by[(pattern, state.key)] = self.record
 
     def delete(self, pattern: str, key: str) -> None:
         self._written[(pattern, key)] = None
+        self._changed_by[(pattern, key)] = self.record
 
     def states(self) -> Iterator[tuple[str, PatternState]]:
         """Every stored state, by its pattern's name (what is written and not flushed is
@@ -92,17 +107,22 @@ class EncodedPatternStore:
                 yield pattern, state
 
     def flush(self) -> int:
-        """Write what the step changed to the bytes, each state once; how many."""
+        """Write what the step changed to the bytes, each state once; how many.
+        StateNotStored if the bytes refuse one (the caller drops the store)."""
         written = self._written
         for (pattern, key), state in written.items():
-            if state is None:
-                self._bytes.delete(state_key(pattern, key))
-                self._recent.pop((pattern, key), None)
-            else:
-                self._bytes.put(state_key(pattern, key), encode(state))
-                self._remember((pattern, key), state)
+            try:
+                if state is None:
+                    self._bytes.delete(state_key(pattern, key))
+                    self._recent.pop((pattern, key), None)
+                else:
+                    self._bytes.put(state_key(pattern, key), encode(state))
+                    self._remember((pattern, key), state)
+            except ValueError as exc:
+                raise StateNotStored(pattern, key, self._changed_by[(pattern, key)], exc) from exc
         count = len(written)
         written.clear()
+        self._changed_by.clear()
         return count
 
     def _remember(self, at: tuple[str, str], state: PatternState) -> None:

@@ -174,7 +174,9 @@ def _send_dead_letter(
 class RunRecords(list[Any]):
     """The records of a run (app/exactly_once/runs.py) that a step handles. A handler iterates them
     with `each()`, which keeps the position of the record being handled, so that a
-    step whose handler raised knows which record to dead-letter."""
+    step whose handler raised knows which record to dead-letter. A handler that finds
+    the record at fault only after the loop (a write at the step's end) sets `current`
+    to it before it raises."""
 
     current = -1
 

@@ -80,3 +80,26 @@ def test_a_store_dropped_unflushed_leaves_the_bytes_as_they_were() -> None:
     store.delete("p", "1")
     assert data == before
     assert EncodedPatternStore(data).get("p", "1") == state("1", 5)
+
+
+class SmallBytes(MemoryBytes):
+    """Bytes that refuse a value past 200 bytes, as a changelog refuses a record."""
+
+    def put(self, key: bytes, value: bytes) -> None:
+        if len(value) > 200:
+            raise ValueError(f"{len(value)} bytes > 200")
+        super().put(key, value)
+
+
+def test_a_state_the_bytes_refuse_names_the_record_that_changed_it_last() -> None:
+    store = EncodedPatternStore(SmallBytes())
+    store.record = 0
+    store.put("p", state("big", 1))
+    store.put("p", state("small", 1))
+    store.record = 1
+    store.put("p", state("big", *range(1, 10)))  # too large encoded
+    store.record = 2
+    store.put("p", state("small", 1, 2))
+    with pytest.raises(pattern_store.StateNotStored, match="p/big cannot be stored") as refused:
+        store.flush()
+    assert refused.value.record == 1

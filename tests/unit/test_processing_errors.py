@@ -219,6 +219,30 @@ async def test_a_run_that_raises_after_its_records_crashes_the_step(handler: Han
     assert task is not None and task.loaded(Seen) is None and task.outbox.records == []
 
 
+async def test_a_record_named_after_the_loop_is_dead_lettered_and_the_run_goes_on(
+    handler: Handler,
+) -> None:
+    """As the patterns' stage does when a state written at the step's end is refused:
+    the record that changed it last is set aside, the run handled again without it."""
+    event, records = run_of(handler, [b"{}", b"{}", b"{}"])
+
+    def handle(task: PartitionTask, run: step.RunRecords) -> None:
+        handle_run(handler)(task, run)
+        offsets = [record.offset for record in run]
+        if 1 in offsets:
+            run.current = offsets.index(1)
+            raise Overflow("refused at the end")
+
+    await step.run_once(app, event, records, handle, dead_letters=DLQ)
+    assert handler.acked == [2]
+    (sent,) = handler.sent
+    assert [v for topic, _, v, _ in sent if topic == "deposits.validated"] == [b"out 0", b"out 2"]
+    letters = [dead_letter(record) for record in sent if record[0] == DLQ]
+    assert [(d["source_offset"], d["reason"]) for d in letters] == [
+        (1, "processing error: Overflow: refused at the end")
+    ]
+
+
 @pytest.mark.parametrize("what", ["output", "table write"])
 async def test_a_record_too_large_to_write_is_a_processing_error_of_its_input(
     handler: Handler, what: str
