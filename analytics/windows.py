@@ -142,9 +142,21 @@ def aggregate(frame: DataFrame, window: Column) -> DataFrame:
     )
 
 
+SLIDING_BUCKET_SECONDS = 3600
+"""The sliding windows are computed per bucket of event time this long (or the window's
+look-back, if longer): a window with no partition would move every row to one task."""
+
+
 def sliding(frame: DataFrame, seconds: int) -> DataFrame:
     """One window per distinct event time t, covering [t - seconds, t]. Only additive
-    measures: distinct counts and percentiles do not slide."""
+    measures: distinct counts and percentiles do not slide.
+
+    Spread over buckets of event time: an instant within the look-back of the next
+    bucket's start is carried into that bucket too (not emitted there), so the window of
+    every instant lies within its own bucket, a bucket being no shorter than the
+    look-back."""
+    span_us = seconds * 1_000_000
+    bucket_us = max(span_us, SLIDING_BUCKET_SECONDS * 1_000_000)
     per_instant = frame.groupBy(F.unix_micros("ts").alias("t")).agg(
         _count("pair").alias("pairs"),
         F.sum(F.when(F.col("kind") == "pair", F.col("amount"))).alias("pair_sum"),
@@ -152,18 +164,84 @@ def sliding(frame: DataFrame, seconds: int) -> DataFrame:
         _count("expired").alias("expired"),
         _count("late").alias("late"),
     )
-    span = Window.orderBy("t").rangeBetween(-seconds * 1_000_000, 0)
-    slid = per_instant.select(
-        F.timestamp_micros(F.col("t") - seconds * 1_000_000).alias("window_start"),
-        F.timestamp_micros("t").alias("window_end"),
-        *(
-            F.sum(c).over(span).alias(c)
-            for c in ("pairs", "pair_sum", "pairs_unsummed", "expired", "late")
-        ),
+    bucket = F.floor(F.col("t") / bucket_us)
+    into_next = F.col("t") + span_us >= (bucket + 1) * bucket_us
+    copies = F.when(into_next, F.array(F.lit(False), F.lit(True))).otherwise(F.array(F.lit(False)))
+    bucketed = per_instant.select("*", F.explode(copies).alias("carried")).withColumn(
+        "bucket", bucket + F.col("carried").cast("long")
+    )
+    span = Window.partitionBy("bucket").orderBy("t").rangeBetween(-span_us, 0)
+    slid = (
+        bucketed.select(
+            F.timestamp_micros(F.col("t") - span_us).alias("window_start"),
+            F.timestamp_micros("t").alias("window_end"),
+            *(
+                F.sum(c).over(span).alias(c)
+                for c in ("pairs", "pair_sum", "pairs_unsummed", "expired", "late")
+            ),
+            "carried",
+        )
+        .where(~F.col("carried"))
+        .drop("carried")
     )
     summed = F.col("pairs") - F.col("pairs_unsummed")
     mean = F.when(summed > 0, F.col("pair_sum") / summed)
     return _settled_rates(slid.withColumn("pair_mean", mean)).orderBy("window_end")
+
+
+def with_sessions(frame: DataFrame, gap_seconds: int) -> DataFrame:
+    """`frame` with `session`, the session window of its event time, as Spark's
+    `session_window` makes it (a session starts at an event at least the gap after the
+    one before; it ends the gap after its last), computed without moving every row to
+    one task as `session_window` over the whole stream does.
+
+    Per bucket of event time (no shorter than the gap): whether an instant starts a
+    session needs only the instant before it, in its bucket or the last of the bucket
+    before (an instant after an empty bucket is more than the gap after any before it);
+    its session's start is the latest start at or before it, in its bucket or, for the
+    instants before the bucket's first start, the latest start of the buckets before,
+    a running maximum over one number a bucket, made on the driver."""
+    gap_us = gap_seconds * 1_000_000
+    bucket_us = max(gap_us, SLIDING_BUCKET_SECONDS * 1_000_000)
+    instants = (
+        frame.select(F.unix_micros("ts").alias("t"))
+        .distinct()
+        .withColumn("bucket", F.floor(F.col("t") / bucket_us))
+    )
+    in_bucket = Window.partitionBy("bucket").orderBy("t")
+    last_of = instants.groupBy("bucket").agg(F.max("t").alias("last"))
+    before = F.coalesce(F.lag("t").over(in_bucket), F.col("last"))
+    starts = (
+        instants.join(last_of.withColumn("bucket", F.col("bucket") + 1), "bucket", "left")
+        .withColumn("starts", before.isNull() | (F.col("t") - before >= gap_us))
+        .withColumn(
+            "own_start",
+            F.max(F.when(F.col("starts"), F.col("t"))).over(
+                in_bucket.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+            ),
+        )
+    )
+    per_bucket = starts.groupBy("bucket").agg(F.max("own_start").alias("start"))
+    latest: int | None = None
+    carried: list[tuple[int, int | None]] = []
+    for row in per_bucket.orderBy("bucket").collect():  # one row a bucket
+        carried.append((row.bucket, latest))
+        latest = latest if row.start is None else row.start  # starts grow with buckets
+    earlier = frame.sparkSession.createDataFrame(carried, "bucket long, earlier long")
+    of_instant = starts.join(earlier, "bucket", "left").select(
+        "t", F.coalesce("own_start", "earlier").alias("start")
+    )
+    ends = of_instant.groupBy("start").agg((F.max("t") + gap_us).alias("end"))
+    session = F.struct(
+        F.timestamp_micros("start").alias("start"), F.timestamp_micros("end").alias("end")
+    )
+    return (
+        frame.withColumn("t", F.unix_micros("ts"))
+        .join(of_instant, "t")
+        .join(ends, "start")
+        .withColumn("session", session)
+        .drop("t", "start", "end")
+    )
 
 
 def window_tables(frame: DataFrame, conf: Settings) -> dict[str, DataFrame]:
@@ -178,7 +256,7 @@ def window_tables(frame: DataFrame, conf: Settings) -> dict[str, DataFrame]:
                 "ts", seconds(conf.hopping_window_seconds), seconds(conf.hopping_slide_seconds)
             ),
         ),
-        "session": aggregate(frame, F.session_window("ts", seconds(conf.session_gap_seconds))),
+        "session": aggregate(with_sessions(frame, conf.session_gap_seconds), F.col("session")),
         "sliding": sliding(frame, conf.sliding_window_seconds),
     }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ from pyspark.sql import SparkSession
 from analytics.ingest import ingest, sources
 from analytics.lake import Lake
 from analytics.reconcile import reconcile
-from analytics.windows import windows
+from analytics.windows import outcomes, window_tables, windows
 from app.exactly_once.handoff import FENCE_KEY
 from app.settings import Settings
 from pairing.events import Event, parse_event
@@ -249,6 +250,51 @@ def test_window_sums_are_exact_or_counted_apart(spark: SparkSession, tmp_path: P
         assert (row.pairs, row.pairs_unsummed) == (5, 3), kind
         assert row.pair_sum == Decimal("10.339999999999999999"), kind
         assert abs(row.pair_mean - row.pair_sum / 2) < Decimal("1e-17"), kind  # of 2 sums
+
+
+def write_pairs(spark: SparkSession, lake: Lake, times: list[datetime]) -> None:
+    """Bronze pairs at `times` (unpaired and keyed empty), as ingest lands them."""
+    schema = (
+        "topic string, partition int, offset long, timestamp timestamp, key binary, value binary"
+    )
+    pairs = []
+    for i, t in enumerate(times):
+        at = t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        pairs.append(
+            f'{{"timestamp": "{at}", "sum": 1, "a_id": "a{i}", "b_id": "b{i}",'
+            f' "paired_at": "{at}"}}'.encode()
+        )
+    for name, values in (("pairs", pairs), ("unpaired", []), ("keyed", [])):
+        rows = [("t", 0, offset, datetime.now(UTC), None, v) for offset, v in enumerate(values)]
+        spark.createDataFrame(rows, schema).write.format("delta").save(lake.bronze(name))
+
+
+def test_sliding_and_session_windows_are_spread_and_exact_across_buckets(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Pairs over five hours, many within a look-back of an hour's start (where the
+    buckets meet): each sliding window counts exactly the pairs in [t - 300 s, t], each
+    session window those of its session, and no plan of the gold windows has a
+    single-partition exchange (a window over no partition moves every row to one task)."""
+    conf = Settings(lake_dir=tmp_path / "lake")
+    lake = Lake.of(conf)
+    rng = random.Random(78)
+    start = datetime(2024, 2, 9, 21, 0, tzinfo=UTC)
+    times = [start + timedelta(seconds=rng.randrange(5 * 3600)) for _ in range(400)]
+    times += [start + timedelta(hours=h, seconds=s) for h in (1, 2, 3) for s in (-300, -1, 0, 1)]
+    write_pairs(spark, lake, times)
+    windows(spark, conf)
+    sliding = spark.read.format("delta").load(lake.gold("windows_sliding")).collect()
+    got = {row.window_end.replace(tzinfo=UTC): row.pairs for row in sliding}
+    assert got == sliding_by_hand({"pair": times}, conf.sliding_window_seconds)
+    session = spark.read.format("delta").load(lake.gold("windows_session")).collect()
+    got_sessions = {row.window_start.replace(tzinfo=UTC): row.pairs for row in session}
+    by_hand = windows_by_hand({"pair": times}, conf)["session"]
+    assert got_sessions == {start: counts["pair"] for start, counts in by_hand.items()}
+    assert len(got_sessions) > 3  # sessions that end, and ones across buckets
+    for name, table in window_tables(outcomes(spark, lake), conf).items():
+        plan = table._jdf.queryExecution().executedPlan().toString()
+        assert "SinglePartition" not in plan, f"{name}:\n{plan}"
 
 
 def input_event(kind: str, at: str, identity: str, value: int) -> bytes:
