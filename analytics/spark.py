@@ -17,6 +17,9 @@ MAVEN_SETTINGS = ROOT / "analytics" / "maven" / "settings.xml"
 JARS = ROOT / ".cache" / "spark" / "jars"
 
 
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+
+
 def spark_jars() -> list[Path]:
     return maven.resolve(POM, JARS, MAVEN_SETTINGS)
 
@@ -45,7 +48,6 @@ def spark_session(conf: Settings, app_name: str, master: str | None = None) -> S
         .config("spark.databricks.delta.snapshotPartitions", "4")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.executor.memory", "512m")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG_CONFIG}")
     )
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
+    return builder.getOrCreate()
