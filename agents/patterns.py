@@ -69,12 +69,10 @@ EVENT_TIME = EventTimeTeller(
     progress_table=progress_table,
 )
 
-# A routed event is added to every pattern of its key field, so a run of them takes
-# that many times as long. A run holds at most ten runs' worth of pattern additions
-# (ten patterns: a whole run), so a step holds the event loop for a bounded time. With
-# 100 patterns, 500-event runs held it for seconds, and commits waiting behind them
-# passed the transaction timeout; runs of 5 survived, but flushed their states a
-# hundred times as often and took 70% more CPU than runs of 50.
+# A routed event is added to every pattern of its key field: a run of them holds at
+# most ten runs' worth of pattern additions (ten patterns: a whole run), so that a step
+# holds the event loop for a bounded time and commits behind it stay within the
+# transaction timeout (docs/patterns.md, Figures).
 PER_KEY_FIELD = max(Counter(pattern.key for pattern in DECLARED.patterns).values(), default=1)
 MATCH_RUN_RECORDS = max(1, min(conf.max_run_records, conf.max_run_records * 10 // PER_KEY_FIELD))
 

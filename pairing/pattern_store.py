@@ -5,8 +5,7 @@ step ends (`flush`). Pure: the bytes are the caller's.
 
 A key is added to, advanced when its events are passed by the watermark and again when
 its window closes, often within one step, and with ten patterns an event is ten keys:
-decoding and encoding a state at each of these was most of a worker's time with
-patterns (docs/patterns.md has the figures).
+each state is decoded and encoded once for all of these (docs/patterns.md, Figures).
 """
 
 from __future__ import annotations
