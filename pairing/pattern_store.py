@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from pairing.pattern_state import PatternState, decode, encode
+from pairing.recent import remember
 
 RECENT_STATES = 20_000
 """How many states a partition keeps decoded, as it last read or wrote them: a few
@@ -125,7 +126,4 @@ class EncodedPatternStore:
         return count
 
     def _remember(self, at: tuple[str, str], state: PatternState) -> None:
-        recent = self._recent
-        if len(recent) >= RECENT_STATES and at not in recent:
-            recent.clear()  # O(1) a state, no order kept: the next ones fill it again
-        recent[at] = state
+        remember(self._recent, at, state, RECENT_STATES)

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from app.exactly_once.partition_tasks import PartitionTask
 from app.settings import settings
 from pairing.key_state import KeyState, KeyTimes
+from pairing.recent import remember
 from pairing.records import (
     CLOCK_KEY,
     decode_clock,
@@ -76,10 +77,7 @@ class PartitionState:
         self._recent.pop(key, None)
 
     def _remember(self, key: str, state: KeyState) -> None:
-        recent = self._recent
-        if len(recent) >= RECENT_STATES and key not in recent:
-            recent.clear()  # O(1) a state, no order kept: the next ones fill it again
-        recent[key] = state
+        remember(self._recent, key, state, RECENT_STATES)
 
     def times(self) -> Iterator[KeyTimes]:
         for raw_key, raw_value in self._table.items():
