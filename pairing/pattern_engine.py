@@ -18,7 +18,6 @@ starts with it if the first step takes it. A partial lives until its window clos
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Iterator
 
 from pairing.pattern_state import (
@@ -29,6 +28,8 @@ from pairing.pattern_state import (
     PatternState,
     Position,
     Refused,
+    buffered,
+    due_count,
     key_text,
 )
 from pairing.patterns import EarlierField, FieldValue, Pattern, Step, compare
@@ -78,11 +79,16 @@ class PatternEngine:
         """The least watermark at which `advance` has anything to do for this key: its
         first buffered event, or the end of a partial's window. Below it, `advance`
         only records the watermark (and a caller that skips it checks lateness itself)."""
-        within = self.pattern.within_us
-        times = [p.first[0] + within for p in state.partials]
-        if state.buffer:
-            times.append(state.buffer[0].time)
-        return min(times, default=None)
+        deadline = self.deadline(state.partials)
+        if not state.buffer:
+            return deadline
+        first = state.buffer[0].time
+        return first if deadline is None else min(first, deadline)
+
+    def deadline(self, partials: tuple[Partial, ...]) -> int | None:
+        """The end of the first window of `partials` to close (in order of `taken`, as
+        a state keeps them, so by first event): None, if there are none."""
+        return partials[0].first[0] + self.pattern.within_us if partials else None
 
     def add(self, state: PatternState, event: PatternEvent) -> PatternState | Refused:
         """Buffer `event` until the watermark reaches it. An event at or before the
@@ -93,17 +99,11 @@ class PatternEngine:
             raise ValueError(f"event {event.identity!r} is not of key {state.key!r}")
         if state.watermark is not None and event.time <= state.watermark:
             return Refused(event, "late")
-        buffer = state.buffer
-        at = bisect_left(buffer, event.position, key=_position)
-        if at < len(buffer) and buffer[at].position == event.position:
+        buffer = buffered(state.buffer, event)
+        if buffer is None:
             return Refused(event, "duplicate")
         return PatternState(
-            state.key,
-            state.watermark,
-            state.last,
-            (*buffer[:at], event, *buffer[at:]),
-            state.partials,
-            state.dropped,
+            state.key, state.watermark, state.last, buffer, state.partials, state.dropped
         )
 
     def advance(self, state: PatternState, watermark: int) -> Advanced:
@@ -113,26 +113,46 @@ class PatternEngine:
         if state.watermark is not None and watermark <= state.watermark:
             return Advanced(state, (), 0)
         buffer = state.buffer
-        due = 0
-        while due < len(buffer) and buffer[due].time <= watermark:
-            due += 1
-        matches: list[Match] = []
-        partials = list(state.partials)
-        last = state.last
-        dropped = 0
-        for event in buffer[:due]:
-            # Windows that end before this event's time close first: an event at a
-            # window's very end still counts in it (within is inclusive).
-            partials = self._close(partials, event.time - 1, state.key, matches)
-            partials, lost = self._process(partials, event, last, state.key, matches)
-            dropped += lost
-            last = event.position
-        partials = self._close(partials, watermark, state.key, matches)
-        partials.sort(key=_taken)
-        kept = PatternState(
-            state.key, watermark, last, buffer[due:], tuple(partials), state.dropped + dropped
+        due = due_count(buffer, watermark)
+        partials, matches, dropped = self.decide(
+            state.partials, buffer[:due], state.last, state.key, watermark
         )
-        return Advanced(kept, tuple(matches), dropped)
+        last = buffer[due - 1].position if due else state.last
+        kept = PatternState(
+            state.key, watermark, last, buffer[due:], partials, state.dropped + dropped
+        )
+        return Advanced(kept, matches, dropped)
+
+    def decide(
+        self,
+        partials: tuple[Partial, ...],
+        events: tuple[PatternEvent, ...],
+        previous: Position | None,
+        key: str,
+        watermark: int,
+    ) -> tuple[tuple[Partial, ...], tuple[Match, ...], int]:
+        """`advance` over the partials of one key: `events`, its buffered events at or
+        before `watermark` in position order, `previous` the key's event before them.
+        The partials left (in order of `taken`), the matches in the order decided, and
+        how many partials the cap dropped."""
+        matches: list[Match] = []
+        held = list(partials)
+        last = previous
+        dropped = 0
+        first_step = self.pattern.steps[0]
+        for event in events:
+            if held:
+                # Windows that end before this event's time close first: an event at a
+                # window's very end still counts in it (within is inclusive).
+                held = self._close(held, event.time - 1, key, matches)
+            if held or self._holds(first_step, event, ()):
+                held, lost = self._process(held, event, last, key, matches)
+                dropped += lost
+            last = event.position
+        if held:
+            held = self._close(held, watermark, key, matches)
+            held.sort(key=_taken)
+        return tuple(held), tuple(matches), dropped
 
     # --- one event ---------------------------------------------------------------
 
@@ -172,7 +192,7 @@ class PatternEngine:
                 # Every partial has taken an event up to this one: none goes on.
                 matches.append(self._match(complete[0], key, here[0]))
                 return [], 0
-        if self.pattern.skip == "past_last_event":
+        if self.pattern.skip == "past_last_event" and len(successors) > 1:
             successors = self._merge(successors, here)
         over = len(successors) - self._max_partials
         if over <= 0:
@@ -370,10 +390,6 @@ class PatternEngine:
         return Match(
             self.pattern.name, key, events, partial.first[0], partial.last[0], completed_at
         )
-
-
-def _position(event: PatternEvent) -> Position:
-    return event.position
 
 
 def _taken(partial: Partial) -> tuple[tuple[Position, ...], ...]:

@@ -2,14 +2,16 @@
 Kafka), and their bytes for a changelog-backed table. pairing/pattern_engine.py makes
 them; docs/patterns.md says what they mean.
 
-The state of one (pattern, key) is plain data: ints, strings and field values in
-tuples, so it can be written to the changelog and read back after a restart into an
-engine that carries on exactly where the old one stopped.
+The state of one key is plain data: ints, strings and field values in tuples, so it
+can be written to the changelog and read back after a restart into engines that carry
+on exactly where the old ones stopped. Every pattern keyed by one field sees the same
+events of a key, so they share one state per key (`KeyState`): its buffered events
+once, and each pattern's partial matches.
 """
 
 from __future__ import annotations
 
-import json
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import field
 from decimal import Decimal
@@ -25,7 +27,7 @@ Position = tuple[int, str]
 """Where an event stands among its key's events: (event time in microseconds, identity).
 A key's events are taken in this order, so no answer depends on arrival order."""
 
-FORMAT = 2  # of the encoded state: a later change of layout can still read this one
+FORMAT = 3  # of the encoded state: a later change of layout can still read this one
 
 
 @immutable
@@ -72,7 +74,8 @@ class Partial:
 
 @immutable
 class PatternState:
-    """Everything remembered for one key of one pattern."""
+    """Everything remembered for one key of one pattern: what an engine reads and
+    returns (a `KeyState` holds it for every pattern of the key's field)."""
 
     key: str
     watermark: int | None  # the last watermark advanced to: an event at or before it is late
@@ -80,6 +83,32 @@ class PatternState:
     buffer: tuple[PatternEvent, ...]  # events not yet processed, in position order
     partials: tuple[Partial, ...]  # in order of `taken`
     dropped: int = 0  # partial matches the cap on partials has dropped, in all
+
+
+@immutable
+class KeyState:
+    """Everything remembered for one key of one key field: the events buffered, shared
+    by every pattern keyed by that field (each sees all of them), and each pattern's
+    partial matches. A pattern with no partial match has no entry."""
+
+    field: str
+    key: str
+    watermark: int | None  # the last watermark the key was advanced to
+    last: Position | None  # the key's last processed event
+    buffer: tuple[PatternEvent, ...]  # in position order
+    partials: Mapping[str, tuple[Partial, ...]]  # by pattern name, in order of `taken`
+    dropped: Mapping[str, int]  # by pattern name: partial matches the cap dropped, in all
+
+    def of(self, pattern: str) -> PatternState:
+        """The state of one of its patterns, as the engine reads it."""
+        return PatternState(
+            self.key,
+            self.watermark,
+            self.last,
+            self.buffer,
+            self.partials.get(pattern, ()),
+            self.dropped.get(pattern, 0),
+        )
 
 
 @immutable
@@ -112,6 +141,29 @@ class Advanced:
     dropped: int  # partial matches the cap dropped in this advance
 
 
+def buffered(
+    buffer: tuple[PatternEvent, ...], event: PatternEvent
+) -> tuple[PatternEvent, ...] | None:
+    """`buffer` (in position order) with `event` in its place; None if an event of its
+    position is there already (a duplicate)."""
+    at = bisect_left(buffer, event.position, key=_event_position)
+    if at < len(buffer) and buffer[at].position == event.position:
+        return None
+    return (*buffer[:at], event, *buffer[at:])
+
+
+def due_count(buffer: tuple[PatternEvent, ...], watermark: int) -> int:
+    """How many of `buffer`'s first events are at or before `watermark`."""
+    due = 0
+    while due < len(buffer) and buffer[due].time <= watermark:
+        due += 1
+    return due
+
+
+def _event_position(event: PatternEvent) -> Position:
+    return event.position
+
+
 def key_text(value: FieldValue) -> str | None:
     """The key of an event whose key field holds `value`: keys are text, as Kafka's are,
     so the number 1 (or 1.0) and the string "1" are one key. None: no key."""
@@ -121,64 +173,68 @@ def key_text(value: FieldValue) -> str | None:
 
 
 # --- bytes -------------------------------------------------------------------
-# A state is a JSON array, [FORMAT, key, watermark, last, buffer, partials, dropped],
-# written and read by orjson. orjson has no Decimal and reads an integer beyond 64
-# bits as a float, so those field values are tagged objects ({"d": "1.50"},
-# {"i": "1180591620717411303424"}). Format 1 (a JSON object, read exactly by `json`)
-# is still read, so a worker upgraded over its changelog carries on.
+# A key's state is a JSON array, [FORMAT, field, key, watermark, last, buffer,
+# {pattern: partials}, {pattern: dropped}], written and read by orjson. orjson has no
+# Decimal and reads an integer beyond 64 bits as a float, so those field values are
+# tagged objects ({"d": "1.50"}, {"i": "1180591620717411303424"}). Formats 1 and 2 held
+# one state per pattern and key: they are refused with the reason, not read.
 
 
-def encode(state: PatternState) -> bytes:
+def encode(state: KeyState) -> bytes:
     return orjson.dumps(
         [
             FORMAT,
+            state.field,
             state.key,
             state.watermark,
             state.last,
             [event_doc(e) for e in state.buffer],
-            [
-                [p.taken, p.blocked, [[step, name, _value(v)] for step, name, v in p.bound]]
-                for p in state.partials
-            ],
+            {
+                name: [
+                    [p.taken, p.blocked, [[step, field, _value(v)] for step, field, v in p.bound]]
+                    for p in partials
+                ]
+                for name, partials in state.partials.items()
+            },
             state.dropped,
         ]
     )
 
 
-def decode(raw: bytes) -> PatternState:
-    """What `encode` wrote (or format 1); ValueError for anything else."""
+def decode(raw: bytes) -> KeyState:
+    """What `encode` wrote; ValueError for anything else, and for a state of an
+    earlier format (one per pattern and key), saying so."""
     try:
-        if raw[:1] == b"{":
-            doc = json.loads(raw)
-            if doc.get("format") != 1:
-                raise ValueError(f"a pattern state object of format {doc.get('format')!r}")
-            fields = [doc[name] for name in _FORMAT_1]
-        else:
-            doc = orjson.loads(raw)
-            if not isinstance(doc, list) or doc[:1] != [FORMAT]:
-                raise ValueError(f"not a pattern state of format {FORMAT}: {raw[:40]!r}")
-            fields = doc[1:]
-        key, watermark, last, buffer, partials, dropped = fields
-        return PatternState(
+        doc = orjson.loads(raw)
+        if isinstance(doc, dict) or (isinstance(doc, list) and doc[:1] == [2]):
+            raise ValueError(
+                "a pattern state of format 1 or 2 (one per pattern and key), which this"
+                " version does not read: docs/patterns.md, Bounded state"
+            )
+        if not isinstance(doc, list) or doc[:1] != [FORMAT]:
+            raise ValueError(f"not a pattern state of format {FORMAT}: {raw[:40]!r}")
+        _, field, key, watermark, last, buffer, partials, dropped = doc
+        return KeyState(
+            field,
             key,
             watermark,
             None if last is None else _position(last),
             tuple(event_from_doc(e) for e in buffer),
-            tuple(
-                Partial(
-                    tuple(tuple(_position(p) for p in step) for step in taken),
-                    blocked,
-                    tuple((step, name, _read(v)) for step, name, v in bound),
+            {
+                name: tuple(
+                    Partial(
+                        tuple(tuple(_position(p) for p in step) for step in taken),
+                        blocked,
+                        tuple((step, read, _read(v)) for step, read, v in bound),
+                    )
+                    for taken, blocked, bound in held
                 )
-                for taken, blocked, bound in partials
-            ),
+                for name, held in partials.items()
+            },
             dropped,
         )
-    except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not an encoded pattern state: {exc}") from exc  # orjson's too
-
-
-_FORMAT_1 = ("key", "watermark", "last", "buffer", "partials", "dropped")
+    except (KeyError, TypeError, AttributeError, orjson.JSONDecodeError) as exc:
+        raise ValueError(f"not an encoded pattern state: {exc}") from exc
 
 
 def event_doc(event: PatternEvent) -> list[Any] | orjson.Fragment:

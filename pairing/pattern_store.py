@@ -1,11 +1,11 @@
 """The pattern states of one partition kept as bytes (a partition of a changelog-backed
-table): a `PatternStore` (pairing/pattern_partition.py) that decodes a state once, keeps
-the recent ones decoded, and writes each state a step changed once, encoded, when the
-step ends (`flush`). Pure: the bytes are the caller's.
+table): a `PatternStore` (pairing/pattern_partition.py) that decodes a key's state once,
+keeps the recent ones decoded, and writes each state a step changed once, encoded, when
+the step ends (`flush`). Pure: the bytes are the caller's.
 
 A key is added to, advanced when its events are passed by the watermark and again when
-its window closes, often within one step, and with ten patterns an event is ten keys:
-each state is decoded and encoded once for all of these (docs/patterns.md, Figures).
+its window closes, often within one step: its state is decoded and encoded once for all
+of these, and holds every pattern of its key field (docs/patterns.md, Figures).
 """
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
-from pairing.pattern_state import PatternState, decode, encode
+import orjson
+
+from pairing.pattern_state import KeyState, decode, encode
 from pairing.recent import remember
 
 RECENT_STATES = 20_000
 """How many states a partition keeps decoded, as it last read or wrote them: a few
-hundred bytes each decoded, so some MiB a partition."""
+hundred bytes each decoded (more with many patterns a key field), some MiB a partition."""
 
 
 class PartitionBytes(Protocol):
@@ -43,18 +45,19 @@ class MemoryBytes(dict[bytes, bytes]):
         self.pop(key, None)
 
 
-def state_key(pattern: str, key: str) -> bytes:
-    """Where (pattern, key) is stored: a pattern's name has no `/`, and none starts with
-    `~`, which the partition's other entries (its clock) do."""
-    return f"{pattern}/{key}".encode()
+def state_key(field: str, key: str) -> bytes:
+    """Where the state of `key` of key field `field` is stored: `@` and the two as a
+    JSON array (any text, unambiguously). The partition's other entries (its clock)
+    start with `~`."""
+    return b"@" + orjson.dumps([field, key])
 
 
 class StateNotStored(ValueError):
     """A state the step changed that its bytes refused (too large for a record, say),
     and the step's record that changed it last: the one to set aside."""
 
-    def __init__(self, pattern: str, key: str, record: int, error: Exception) -> None:
-        super().__init__(f"the state of {pattern}/{key[:40]} cannot be stored: {error}")
+    def __init__(self, field: str, key: str, record: int, error: Exception) -> None:
+        super().__init__(f"the state of {field} {key[:40]!r} cannot be stored: {error}")
         self.record = record
 
 
@@ -69,61 +72,66 @@ class EncodedPatternStore:
 
     def __init__(self, data: PartitionBytes) -> None:
         self._bytes = data
-        self._recent: dict[tuple[str, str], PatternState] = {}
-        self._written: dict[tuple[str, str], PatternState | None] = {}  # None: deleted
+        self._recent: dict[tuple[str, str], KeyState] = {}
+        self._written: dict[tuple[str, str], KeyState | None] = {}  # None: deleted
         self._changed_by: dict[tuple[str, str], int] = {}
         self.record = -1
 
-    def get(self, pattern: str, key: str) -> PatternState | None:
-        at = (pattern, key)
+    def get(self, field: str, key: str) -> KeyState | None:
+        at = (field, key)
         written = self._written
         if at in written:
             return written[at]
         state = self._recent.get(at)
         if state is None:
-            raw = self._bytes.get(state_key(pattern, key))
+            raw = self._bytes.get(state_key(field, key))
             if raw is None:
                 return None
             state = decode(raw)
             self._remember(at, state)
         return state
 
-    def put(self, pattern: str, state: PatternState) -> None:
-        self._written[(pattern, state.key)] = state
-        self._changed_by[(pattern, state.key)] = self.record
+    def put(self, state: KeyState) -> None:
+        at = (state.field, state.key)
+        self._written[at] = state
+        self._changed_by[at] = self.record
 
-    def delete(self, pattern: str, key: str) -> None:
-        self._written[(pattern, key)] = None
-        self._changed_by[(pattern, key)] = self.record
+    def delete(self, field: str, key: str) -> None:
+        self._written[(field, key)] = None
+        self._changed_by[(field, key)] = self.record
 
-    def states(self) -> Iterator[tuple[str, PatternState]]:
-        """Every stored state, by its pattern's name (what is written and not flushed is
-        not among them: read once, as a partition is loaded)."""
+    def states(self) -> Iterator[KeyState]:
+        """Every stored state (what is written and not flushed is not among them: read
+        once, as a partition is loaded). ValueError, naming the entry, for one that is
+        not a state of this format."""
         for raw_key, raw in self._bytes.items():
-            if raw_key[:1] != b"~":
-                pattern, key = raw_key.decode().split("/", 1)
+            if raw_key[:1] == b"~":
+                continue
+            try:
                 state = decode(raw)
-                self._remember((pattern, key), state)
-                yield pattern, state
+            except ValueError as exc:
+                raise ValueError(f"pattern state {raw_key[:80]!r}: {exc}") from exc
+            self._remember((state.field, state.key), state)
+            yield state
 
     def flush(self) -> int:
         """Write what the step changed to the bytes, each state once; how many.
         StateNotStored if the bytes refuse one (the caller drops the store)."""
         written = self._written
-        for (pattern, key), state in written.items():
+        for (field, key), state in written.items():
             try:
                 if state is None:
-                    self._bytes.delete(state_key(pattern, key))
-                    self._recent.pop((pattern, key), None)
+                    self._bytes.delete(state_key(field, key))
+                    self._recent.pop((field, key), None)
                 else:
-                    self._bytes.put(state_key(pattern, key), encode(state))
-                    self._remember((pattern, key), state)
+                    self._bytes.put(state_key(field, key), encode(state))
+                    self._remember((field, key), state)
             except ValueError as exc:
-                raise StateNotStored(pattern, key, self._changed_by[(pattern, key)], exc) from exc
+                raise StateNotStored(field, key, self._changed_by[(field, key)], exc) from exc
         count = len(written)
         written.clear()
         self._changed_by.clear()
         return count
 
-    def _remember(self, at: tuple[str, str], state: PatternState) -> None:
+    def _remember(self, at: tuple[str, str], state: KeyState) -> None:
         remember(self._recent, at, state, RECENT_STATES)

@@ -4,8 +4,8 @@ inside the steps' transactions like the pairing state. Imported only with a patt
 - `pattern-progress`, partitioned like the pattern inputs: each input partition's
   event-time progress (agents/event_time.py), so stamps go on from it after a restart.
 - `pattern-state`, partitioned like the pattern events topic: partition p holds the
-  state of each (pattern, key) routed to p, under `<pattern>/<key>` (a pattern's name
-  has no `/`), and p's event clock under `~clock` (no pattern name starts with `~`).
+  state of each key routed to p, one for all the patterns of its key field
+  (pairing/pattern_store.py, `state_key`), and p's event clock under `~clock`.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from pairing.pattern_engine import PatternEngine
 from pairing.pattern_partition import PatternPartition
 from pairing.pattern_state import (
+    KeyState,
     Match,
     Partial,
     PatternEvent,
@@ -51,20 +52,20 @@ class BytesStore:
     def __init__(self) -> None:
         self.data: dict[tuple[str, str], bytes] = {}
 
-    def get(self, pattern: str, key: str) -> PatternState | None:
-        raw = self.data.get((pattern, key))
+    def get(self, field: str, key: str) -> KeyState | None:
+        raw = self.data.get((field, key))
         return None if raw is None else decode(raw)
 
-    def put(self, pattern: str, state: PatternState) -> None:
+    def put(self, state: KeyState) -> None:
         raw = encode(state)
         assert decode(raw) == state
-        self.data[(pattern, state.key)] = raw
+        self.data[(state.field, state.key)] = raw
 
-    def delete(self, pattern: str, key: str) -> None:
-        del self.data[(pattern, key)]
+    def delete(self, field: str, key: str) -> None:
+        del self.data[(field, key)]
 
-    def states(self) -> list[tuple[str, PatternState]]:
-        return [(pattern, decode(raw)) for (pattern, _), raw in self.data.items()]
+    def states(self) -> list[KeyState]:
+        return [decode(raw) for raw in self.data.values()]
 
 
 class Driver:
@@ -525,30 +526,30 @@ def test_past_last_event_emits_the_first_to_complete_and_goes_on_after_it() -> N
 
 
 def test_the_state_reads_back_from_its_bytes() -> None:
-    state = PatternState(
+    partial = Partial(((((1, "a"),), (), ((3, "b"), (4, "c")))), 2, ((0, "v", Decimal("-0.1")),))
+    state = KeyState(
+        "account",
         "clé",
         5,
         (3, "e\u00e93"),
         (PatternEvent(7, "x", {"v": Decimal("1.50"), "n": None, "i": 10**40, "s": "ü"}),),
-        (Partial(((((1, "a"),), (), ((3, "b"), (4, "c")))), 2, ((0, "v", Decimal("-0.1")),)),),
-        4,
+        {"p": (partial,), "q": (partial, partial)},
+        {"q": 4},
     )
     again = decode(encode(state))
     assert again == state
     assert again.buffer[0].fields["v"] == Decimal("1.50") and isinstance(
-        again.partials[0].bound[0][2], Decimal
+        again.partials["p"][0].bound[0][2], Decimal
     )
-    # Format 1, a JSON object as workers before format 2 wrote it, still reads.
-    format_1 = {
-        "format": 1, "key": "k", "watermark": None, "last": [3, "a"],
-        "buffer": [[7, "x", {"v": {"d": "1.50"}, "i": 10**40}]],
-        "partials": [[[[[1, "a"]]], None, []]], "dropped": 0,
-    }  # fmt: skip
-    old = decode(json.dumps(format_1).encode())
-    assert old.buffer[0].fields == {"v": Decimal("1.50"), "i": 10**40}
-    assert old.partials[0].taken == (((1, "a"),),) and old.last == (3, "a")
-    for garbage in (b"", b"{}", b'{"format": 2}', b"[1]", b"5", b'[2, "k"]'):
-        with pytest.raises(ValueError):
+    assert again.of("q").partials == (partial, partial) and again.of("q").dropped == 4
+    assert again.of("r") == PatternState("clé", 5, (3, "e\u00e93"), again.buffer, (), 0)
+    # Formats 1 and 2 (one state per pattern and key) are refused, saying so.
+    format_1 = {"format": 1, "key": "k", "watermark": None, "last": None, "buffer": []}
+    for earlier in (json.dumps(format_1).encode(), b'[2, "k", null, null, [], [], 0]'):
+        with pytest.raises(ValueError, match="format 1 or 2"):
+            decode(earlier)
+    for garbage in (b"", b"[1]", b"5", b'[3, "k"]', b'[3, "f", "k", null, null, [], [], 0]'):
+        with pytest.raises(ValueError, match="not"):
             decode(garbage)
 
 
