@@ -3,11 +3,13 @@ machine, and the steady rate of progress sampled over time."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import math
 import os
 import statistics
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,6 +23,22 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
+async def quiet_since(pid: int, window: float = 1.0, busy: float = 0.1) -> float:
+    """When a live process stopped working: the start (time.monotonic) of the first
+    `window` seconds in which it used less than `busy` of a core, sampled every quarter
+    of it (an idle worker uses about 0.03, docs/BENCHMARKS.md)."""
+    samples = deque([(time.monotonic(), cpu_seconds(pid))])
+    while True:
+        await asyncio.sleep(window / 4)
+        now, cpu = time.monotonic(), cpu_seconds(pid)
+        samples.append((now, cpu))
+        while len(samples) > 2 and samples[1][0] <= now - window:
+            samples.popleft()
+        since, cpu_then = samples[0]
+        if now - since >= window and cpu - cpu_then < busy * (now - since):
+            return since
 
 
 def stolen_seconds(stat: str = "/proc/stat") -> float:

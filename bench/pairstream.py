@@ -130,12 +130,15 @@ async def run_worker(
     transactions: bool = True,
     setup: Callable[[Settings], dict[str, str]] | None = None,
     through: Callable[[str], Awaitable[int]] = through_pairing,
+    drain: Callable[[Settings, int], Awaitable[float]] | None = None,
 ) -> PairstreamResult:
     """Run one worker over `records`; with `profile_to`, under py-spy, raw output there;
     without `transactions`, at-least-once (PAIRSTREAM_BENCH_WITHOUT_TRANSACTIONS);
     `setup`: more settings for the worker, from the run's (the input is produced to the
     run's events topic before); `through`: events through,
-    from the worker's /stats URL."""
+    from the worker's /stats URL; `drain`: for a stage whose work on an event comes
+    after it is counted through, given the run's settings and the worker's pid, when
+    (time.monotonic) that work ended: the last event is through then."""
     extra = {} if transactions else {"PAIRSTREAM_BENCH_WITHOUT_TRANSACTIONS": "true"}
     run = worker_run("bench", bootstrap, commit_interval, extra)
     await pre_produce(bootstrap, run.conf.events_topic, records)  # before `setup` moves it
@@ -177,6 +180,9 @@ async def run_worker(
                     + stalled_worker(worker.pid, log_path)
                 )
             await asyncio.sleep(0.25)
+        if drain is not None:
+            ended = await drain(run.conf, worker.pid)
+            progress.samples[-1] = (ended - started, progress.samples[-1][1])
         cpu = cpu_seconds(worker.pid)
     finally:
         if recorder is not None:

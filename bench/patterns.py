@@ -7,7 +7,8 @@ Pattern i is "an A then a B of the same value within 60 + i seconds" (each its o
 window, so each its own state): every event is routed once (one key field) and added to
 every pattern. The patterns read the workload's topic and pairing an empty one (a topic
 is one stage's); with 0 patterns, pairing reads the workload. An event is through once
-the last stage has acked it, read off the worker's /stats.
+the last stage has acked it, read off the worker's /stats; with patterns, the last is
+through once the worker has processed them all (`drained`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from bench.latency import (
     measure_levels,
     worker_watched,
 )
+from bench.measure import quiet_since
 from bench.pairstream import (
     PairstreamResult,
     run_worker,
@@ -121,6 +123,24 @@ async def through_patterns(url: str) -> int:
     return int(matched)
 
 
+async def drained(conf: Settings, pid: int) -> float:
+    """When the worker had matched every event counted through: an event is counted as
+    the match stage buffers it, and processed once the watermark passes it (the
+    lateness and its window later), so the last ones are processed only when every
+    input partition's progress moves on. One event a day later, with no key field, on
+    each partition of each input moves it past them all; then the worker goes quiet."""
+    assert conf.patterns is not None and conf.patterns.input is not None
+    later = {"type": "A", "timestamp": "2024-02-12 00:00:00", "id": "later"}
+    async with kafka_load(conf.bootstrap_servers, "") as load:
+        sent = [
+            await load.producer.send(topic, json.dumps(later).encode(), partition=partition)
+            for topic in conf.patterns.input.topics
+            for partition in range(INPUT_PARTITIONS)
+        ]
+        await asyncio.gather(*sent)
+    return await quiet_since(pid)
+
+
 async def run_patterns(
     bootstrap: str, records: list[Record], count: int, timeout: float
 ) -> PatternsThroughput:
@@ -136,7 +156,13 @@ async def run_patterns(
 
     through = through_patterns if count else through_pairing
     run = await run_worker(
-        bootstrap, records, DEFAULT_COMMIT_INTERVAL, timeout, setup=setup, through=through
+        bootstrap,
+        records,
+        DEFAULT_COMMIT_INTERVAL,
+        timeout,
+        setup=setup,
+        through=through,
+        drain=drained if count else None,
     )
     return PatternsThroughput(count, run)
 

@@ -4,12 +4,14 @@ the suite run apart."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import math
 import os
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -36,6 +38,7 @@ from bench.measure import (
     collector_paused,
     listening_pid,
     median,
+    quiet_since,
     stolen_seconds,
 )
 from bench.pairstream import PairstreamResult, discard_run, worker_run
@@ -340,6 +343,23 @@ def test_cpu_shares_are_of_one_core_and_nan_for_an_ended_process() -> None:
     assert shares[STOLEN] >= 0 or math.isnan(stolen_seconds())  # NaN only on such a kernel
     assert (report_share(shares["gone"]), report_share(None)) == ("-", "-")
     assert report_share(0.456) == "46%"
+
+
+async def test_a_process_is_quiet_from_when_it_stopped_working() -> None:
+    busy_then_idle = (
+        "import time\nend = time.process_time() + 1\n"
+        "while time.process_time() < end: pass\ntime.sleep(30)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", busy_then_idle])
+    try:
+        started = time.monotonic()
+        quiet = await asyncio.wait_for(quiet_since(child.pid, window=0.5), timeout=20)
+        # Not while it works (1 s of CPU, however long the machine takes to give it).
+        assert quiet - started >= 0.75
+        assert time.monotonic() - quiet >= 0.5  # a whole quiet window seen
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_the_collector_is_off_while_timing_and_back_after() -> None:
