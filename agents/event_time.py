@@ -60,7 +60,8 @@ class EventTimeTeller:
     """The sources of one stage (partitions of `topics`, each a number below `count()`)
     and the keyed partitions (`partitions` of `keyed_topic`) it tells of them. Each
     source's committed progress is kept in `progress_table`, partitioned like the
-    sources, so that stamps go on from it after a restart or a rebalance."""
+    sources, so that stamps go on from it after a restart or a rebalance. `interval`:
+    a source tells its progress at most this often (its watermark interval)."""
 
     def __init__(
         self,
@@ -72,6 +73,7 @@ class EventTimeTeller:
         number: Callable[[TP], int],
         count: Callable[[], int],
         progress_table: object,
+        interval: float,
         handing: Handing | None = None,
     ) -> None:
         self.app = app
@@ -83,7 +85,7 @@ class EventTimeTeller:
         self._table = progress_table
         self.handing = handing
         conf = settings()
-        self.interval = conf.watermark_interval_seconds
+        self.interval = interval
         self.idle_timeout = conf.idle_timeout_seconds
         self.look_every = min(1.0, conf.idle_timeout_seconds / 2)
 

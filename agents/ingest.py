@@ -64,6 +64,7 @@ EVENT_TIME = EventTimeTeller(
     number=lambda tp: tp.partition,
     count=lambda: app.input_size.count,
     progress_table=progress_table,
+    interval=conf.watermark_interval_seconds,
     handing=HandToPairing(),
 )
 

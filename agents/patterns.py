@@ -67,6 +67,7 @@ EVENT_TIME = EventTimeTeller(
     number=lambda tp: INPUTS.index(tp.topic) * conf.partitions + tp.partition,
     count=lambda: len(INPUTS) * conf.partitions,
     progress_table=progress_table,
+    interval=conf.pattern_watermark_interval_seconds,
 )
 
 # A routed event is added to every pattern of its key field: a run of them holds at
@@ -105,7 +106,7 @@ def route_run(task: PartitionTask, records: RunRecords) -> None:
     outbox = task.outbox
     now = time.time()
     now_ms = int(now * 1000)
-    max_bytes, max_ahead_us = conf.max_event_bytes, conf.max_ahead_us
+    sizes, max_ahead_us = conf.sizes, conf.max_ahead_us
     source = EVENT_TIME.source(task)
     stored = source.progress_us
     topic = task.tp.topic
@@ -115,7 +116,7 @@ def route_run(task: PartitionTask, records: RunRecords) -> None:
         raw: bytes | None = record.value
         source_of, timestamp_ms = record_source(task, record, now_ms)
         guard = None if max_ahead_us is None else (timestamp_ms, max_ahead_us)
-        event = read_pattern_event(raw, topic, INPUT, FIELDS, max_bytes, guard)
+        event = read_pattern_event(record.key, raw, topic, INPUT, FIELDS, sizes, guard)
         if isinstance(event, Rejection):
             rejected += 1
             outbox.dead_letter(dlq_topic, event.reason, record.key, raw, source_of)

@@ -118,9 +118,8 @@ class Settings(BaseSettings):
         0.5,
         gt=0,
         description="how often each input partition's event-time progress reaches the keyed"
-        " partitions (a watermark record to each): unpaired and expired outcomes, and"
-        " pattern matches, come up to this much later than the progress that decides them"
-        " (0.05: pattern matches within 200 ms, docs/patterns.md)",
+        " partitions (a watermark record to each): unpaired and expired outcomes come up to"
+        " this much later than the progress that decides them",
     )
     max_run_records: int = Field(
         500,
@@ -284,6 +283,13 @@ class Settings(BaseSettings):
         None,
         ge=0,
         description="event time the patterns' watermark lags the sources'; default = expiry",
+    )
+    pattern_watermark_interval_seconds: float = Field(
+        0.05,
+        gt=0,
+        description="how often each pattern input partition's event-time progress reaches"
+        " the partitions of the pattern events: a match comes up to this much later than"
+        " the progress that decides it (docs/patterns.md, Figures)",
     )
     pattern_max_partials: int = Field(
         1000, ge=1, description="partial matches one key of a pattern keeps; beyond, the oldest"

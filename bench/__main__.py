@@ -37,7 +37,7 @@ from bench.measure import median, stolen_seconds
 from bench.pairstream import run_worker
 from bench.patterns import (
     COUNTS,
-    LOW_LATENCY_WATERMARK_INTERVAL,
+    PAIRING_WATERMARK_INTERVAL,
     records_for,
     run_pattern_latency,
     run_patterns,
@@ -215,7 +215,7 @@ async def patterns(plan: Plan, results: Results) -> None:
         )
     rate = plan.cdc_rates[-1]  # 5,000 events/s (smoke: 500)
     print(f"latency, a pattern, {rate:,.0f} events/s ...", flush=True)
-    for interval in (None, LOW_LATENCY_WATERMARK_INTERVAL):
+    for interval in (None, PAIRING_WATERMARK_INTERVAL):
         results.pattern_latency += await run_pattern_latency(
             plan.bootstrap, [Level(rate)], plan.level_seconds, interval
         )

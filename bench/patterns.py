@@ -224,8 +224,8 @@ async def match_ids(conf: Settings, topic: str) -> PairIds:
 
 # A match is decided once every input partition's progress has passed its last event,
 # and each input partition tells its progress at most once a watermark interval: the
-# latency runs at the default (0.5 s) and at this one.
-LOW_LATENCY_WATERMARK_INTERVAL = 0.05
+# latency runs at the default (0.05 s) and at pairing's (0.5 s).
+PAIRING_WATERMARK_INTERVAL = 0.5
 
 
 async def run_pattern_latency(
@@ -234,7 +234,7 @@ async def run_pattern_latency(
     """From the later of two partners handed to the producer to their match visible to
     a read_committed consumer, a worker with pairing and the one pattern, lateness 0:
     the load is in time order within each input partition. `watermark_interval`:
-    PAIRSTREAM_WATERMARK_INTERVAL_SECONDS (None: the default)."""
+    PAIRSTREAM_PATTERN_WATERMARK_INTERVAL_SECONDS (None: the default)."""
     run = worker_run("bench-pattern-latency", bootstrap, DEFAULT_COMMIT_INTERVAL)
     more = {
         "PAIRSTREAM_PARTITIONS": str(INPUT_PARTITIONS),
@@ -246,7 +246,7 @@ async def run_pattern_latency(
         "PAIRSTREAM_IDLE_TIMEOUT_SECONDS": "2",
     }
     if watermark_interval is not None:
-        more["PAIRSTREAM_WATERMARK_INTERVAL_SECONDS"] = str(watermark_interval)
+        more["PAIRSTREAM_PATTERN_WATERMARK_INTERVAL_SECONDS"] = str(watermark_interval)
     run.env.update(more)
     load_topic = run.conf.events_topic
     conf = Settings(**{**run.conf.model_dump(), **settings_fields(more)})
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=float, default=5_000, help="events/s of the latency run")
     parser.add_argument("--seconds", type=float, default=30)
     args = parser.parse_args(argv)
-    for interval in (None, LOW_LATENCY_WATERMARK_INTERVAL):
+    for interval in (None, PAIRING_WATERMARK_INTERVAL):
         [level] = asyncio.run(
             run_pattern_latency(args.bootstrap, [Level(args.rate)], args.seconds, interval)
         )

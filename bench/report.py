@@ -421,7 +421,8 @@ def render(command: str, events: int, results: Results, ceiling_commit_interval:
             f" {results.level_seconds:g} s (`bench/patterns.py`): from the later of two partners"
             " handed to the producer to their match visible to a read_committed consumer. A"
             " match waits for every input partition's progress to pass it, told at most once"
-            " a watermark interval (PAIRSTREAM_WATERMARK_INTERVAL_SECONDS).",
+            " a watermark interval (PAIRSTREAM_PATTERN_WATERMARK_INTERVAL_SECONDS, 0.05 s by"
+            " default).",
             ["setting", "events/s", "matches", "p50 (s)", "p90 (s)", "p99 (s)", "worst (s)"],
             [[r.app, rate(r.level.rate), f"{r.pairs:,}", f"{r.p50:.3f}", f"{r.p90:.3f}",
               f"{r.p99:.3f}", f"{r.max:.3f}"] for r in results.pattern_latency],

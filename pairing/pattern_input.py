@@ -1,8 +1,10 @@
 """A record of a pattern file's input topics read as a pattern event, or the reason it
 cannot be (dead-lettered and counted by the worker, as any invalid input). Pure.
 
-The record's value is one JSON object read by the grammar of every input
-(pairing/grammar.py: size, UTF-8, duplicate keys, exact and bounded numbers). Its time
+The record's key and value are bounded as every input's are, and the value is one JSON
+object read by the grammar of every input (pairing/grammar.py: size, UTF-8, duplicate
+keys, exact and bounded numbers). The key is not read further: events are routed by the
+patterns' key fields. Its time
 field is a timestamp as events spell theirs; its identity field an id as events give
 theirs. Of its other fields it keeps those some pattern reads (`PatternFile.fields`)
 that hold text, a number or null: a field of any other kind (true/false, a list, an
@@ -15,17 +17,18 @@ from collections.abc import Set
 from decimal import Decimal
 
 from pairing.events import Rejection, too_far_ahead
-from pairing.grammar import decode_object, identity, parse_timestamp
+from pairing.grammar import Sizes, decode_object, identity, oversize, parse_timestamp
 from pairing.pattern_state import PatternEvent
 from pairing.patterns import FieldValue, PatternInput
 
 
 def read_pattern_event(
+    key: bytes | None,
     raw: bytes | None,
     topic: str,
     spec: PatternInput,
     fields: Set[str],
-    max_bytes: int,
+    sizes: Sizes,
     clock_guard: tuple[int, int] | None = None,
 ) -> PatternEvent | Rejection:
     """The event of one record of `topic`; with `spec.topic_field`, that field holds the
@@ -33,7 +36,10 @@ def read_pattern_event(
     `clock_guard`: (the record's timestamp in ms, the most an event may be ahead of it in
     µs), ingest's guard (pairing/events.py), so that no event far in the future moves
     the patterns' watermark."""
-    doc = decode_object(raw, max_bytes)
+    too_large = oversize(key, raw, sizes)
+    if too_large is not None:
+        return too_large
+    doc = decode_object(raw)
     if isinstance(doc, Rejection):
         return doc
     if spec.time not in doc:

@@ -125,7 +125,7 @@ def test_the_smoke_run_measures_everything(broker: str, tmp_path: Path) -> None:
     pattern_latency = table_rows(report, "Patterns: latency")
     assert [row[:2] for row in pattern_latency] == [
         ["watermark interval default", "500"],
-        ["watermark interval 0.05 s", "500"],
+        ["watermark interval 0.5 s", "500"],
     ]
     assert all(number(row[2]) > 0 for row in pattern_latency)
     # The change data capture chain: one run beside a JSON one, then one latency level.

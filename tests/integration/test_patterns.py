@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from pairing.grammar import Sizes
 from pairing.pattern_input import read_pattern_event
 from pairing.pattern_state import PatternEvent
 from pairing.patterns import PatternFile, load_patterns
@@ -119,8 +120,10 @@ def expected(declared: PatternFile, topics: list[str], records: list[Any]) -> Co
     """The model's matches over the valid events, each once."""
     assert declared.input is not None
     events: dict[tuple[int, str], PatternEvent] = {}
-    for topic, _, value in records:
-        event = read_pattern_event(value, topics[topic], declared.input, declared.fields(), 2**20)
+    for topic, key, value in records:
+        event = read_pattern_event(
+            key, value, topics[topic], declared.input, declared.fields(), Sizes()
+        )
         if isinstance(event, PatternEvent):
             events.setdefault(event.position, event)
     found: Counter[Any] = Counter()

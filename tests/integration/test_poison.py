@@ -123,12 +123,33 @@ async def api() -> AsyncIterator[OrderApi]:
     await server.stop()
 
 
+# Every event of the patterns' input is a match of its own, decided once every input
+# partition's progress is past it (lateness 0).
+EACH_EVENT = """
+[input]
+topics = ["{topic}"]
+
+[[pattern]]
+name = "each"
+key = "value"
+within = 1
+
+[[pattern.step]]
+name = "one"
+"""
+
+
 def everything(broker: str, tmp: Path, api: OrderApi) -> Pipeline:
     name = Pipeline(broker, tmp).conf.app_id
+    patterns = tmp / "patterns.toml"
+    patterns.write_text(EACH_EVENT.format(topic=f"{name}-pattern-input"))
     return Pipeline(
         broker,
         tmp,
         PAIRSTREAM_APP_ID=name,
+        PAIRSTREAM_PATTERNS_FILE=str(patterns),
+        PAIRSTREAM_PATTERN_LATENESS_SECONDS="0",
+        PAIRSTREAM_MATCH_TOPIC_PREFIX=f"{name}-matches.",
         PAIRSTREAM_CHAIN_ENABLED="true",
         PAIRSTREAM_DEPOSITS_TOPIC=f"{name}-deposits",
         PAIRSTREAM_ACCOUNTS_TOPIC=f"{name}-accounts",
@@ -168,10 +189,16 @@ def events_of(day: str, count: int) -> list[Record]:
     ]
 
 
+def pattern_inputs(conf: Any) -> list[str]:
+    assert conf.patterns is not None and conf.patterns.input is not None
+    return list(conf.patterns.input.topics)
+
+
 async def lag(pipeline: Pipeline) -> dict[str, int]:
     """Input partitions whose committed offset is short of their end, by how much."""
     conf = pipeline.conf
     topics = [conf.deposits_topic, conf.accounts_topic, conf.sources_topic, conf.delivery_source]
+    topics += pattern_inputs(conf)
     tps = [TP(conf.events_topic, p) for p in range(conf.events_partitions)]
     tps += [TP(topic, p) for topic in topics for p in range(conf.partitions)]
     ends = await end_offsets(conf, tps)
@@ -339,6 +366,12 @@ def edge_inputs(conf: Any) -> list[tuple[Poison, Follower]]:
     )
     rows = edge_cases(conf.sources_topic, '{"tariff":"big"}', b"2024-05-01", "invalid: ")
     orders = edge_cases(conf.delivery_source, '{"id":"big","amount":1}', None, "invalid: ")
+    [pattern_input] = pattern_inputs(conf)
+    pattern_event = '{"timestamp":"2024-03-09 11:00:00","value":1,"id":"big"}'
+    pattern_events = [
+        *edge_cases(pattern_input, pattern_event, b"p"),
+        (pattern_input, "timestamp too far in the future", None, far_future),
+    ]
     cases: list[tuple[Poison, Follower]] = []
     for n, poison in enumerate(events):
         pair = [
@@ -362,7 +395,23 @@ def edge_inputs(conf: Any) -> list[tuple[Poison, Follower]]:
     for n, poison in enumerate(orders):
         order = [(None, f'{{"id":"order-after-{n}","amount":{n}}}'.encode())]
         cases.append((poison, (poison[0], order, f'"order-after-{n}"'.encode())))
+    for n, poison in enumerate(pattern_events):
+        after = f'{{"timestamp":"2024-06-0{n + 1} 10:00:00","value":{n},"id":"pattern-after-{n}"}}'
+        cases.append(
+            (poison, (poison[0], [(None, after.encode())], f'"pattern-after-{n}"'.encode()))
+        )
     return cases
+
+
+def moving_on(follower: bytes, partitions: int) -> list[tuple[int, bytes]]:
+    """After a pattern input's follower, an event a minute later on every partition of
+    the input, matched by no pattern (no key field): every partition's progress is
+    then past the follower, so its match is decided; the next follower is a day on."""
+    time = json.loads(follower)["timestamp"].replace("10:00:00", "10:01:00")
+    return [
+        (p, json.dumps({"timestamp": time, "id": f"moving-{time}-{p}"}).encode())
+        for p in range(partitions)
+    ]
 
 
 class Watch:
@@ -423,6 +472,7 @@ async def test_records_at_the_edges_of_size_and_clock_stop_no_partition(
         conf.validated_topic,
         f"{conf.app_id}-accounts-changelog",
         f"{conf.app_id}-enrichment-changelog",
+        conf.match_topic("each"),
     ]
     watch = Watch(pipeline, outputs, [marker for _, (_, _, marker) in cases], api)
     watch.orders = {
@@ -449,6 +499,9 @@ async def test_records_at_the_edges_of_size_and_clock_stop_no_partition(
                 await producer.send_and_wait(
                     topic, record, key=record_key, partition=EDGE_PARTITION
                 )
+            if topic in pattern_inputs(conf):
+                for partition, later in moving_on(records[-1][1], conf.partitions):
+                    await producer.send_and_wait(topic, later, partition=partition)
             sent[marker] = time.monotonic()
 
         async def out() -> bool:

@@ -7,13 +7,16 @@ import json
 from decimal import Decimal
 
 from hypothesis import given
+from hypothesis import strategies as st
 
 from pairing.events import Rejection
+from pairing.grammar import Sizes
 from pairing.pattern_input import read_pattern_event
 from pairing.pattern_state import PatternEvent
 from pairing.patterns import PatternInput
 from tests.unit.test_input_fuzz import FUZZ, MAX_BYTES, records, rejected
 
+SIZES = Sizes(value_bytes=MAX_BYTES)
 SPEC = PatternInput(("clicks",), time="ts", identity="click", topic_field="stream")
 FIELDS = frozenset({"session", "term", "rank", "flag", "ts", "stream"})
 RECORD = {
@@ -27,12 +30,15 @@ RECORD = {
 
 
 @FUZZ
-@given(records(RECORD))
-def test_every_record_is_an_event_or_rejected_with_a_reason(raw: bytes | None) -> None:
-    result = read_pattern_event(raw, "clicks", SPEC, FIELDS, MAX_BYTES)
+@given(st.none() | st.binary(max_size=SIZES.key_bytes + 2), records(RECORD))
+def test_every_record_is_an_event_or_rejected_with_a_reason(
+    key: bytes | None, raw: bytes | None
+) -> None:
+    result = read_pattern_event(key, raw, "clicks", SPEC, FIELDS, SIZES)
     if isinstance(result, Rejection):
         assert rejected(result.reason)
         return
+    assert key is None or len(key) <= SIZES.key_bytes  # any other key: read no further
     assert isinstance(result, PatternEvent) and result.identity
     assert result.fields["stream"] == "clicks"  # the topic, whatever the record says
     assert set(result.fields) <= FIELDS
@@ -41,7 +47,7 @@ def test_every_record_is_an_event_or_rejected_with_a_reason(raw: bytes | None) -
 
 
 def read(doc: object) -> PatternEvent | Rejection:
-    return read_pattern_event(json.dumps(doc).encode(), "clicks", SPEC, FIELDS, MAX_BYTES)
+    return read_pattern_event(None, json.dumps(doc).encode(), "clicks", SPEC, FIELDS, SIZES)
 
 
 def test_a_record_keeps_the_fields_patterns_read_of_the_kinds_they_compare() -> None:
@@ -70,11 +76,26 @@ def test_a_record_without_its_time_or_identity_is_refused_naming_the_field() -> 
     assert read([1]) == Rejection("not a JSON object but list")
 
 
+def test_a_record_too_large_is_refused_before_it_is_read() -> None:
+    valid = json.dumps({"ts": "2024-02-09 21:00:00", "click": 1}).encode()
+    key = b"k" * (SIZES.key_bytes + 1)
+    assert read_pattern_event(key, valid, "clicks", SPEC, FIELDS, SIZES) == Rejection(
+        f"oversize key: {len(key)} bytes > {SIZES.key_bytes}"
+    )
+    big = b" " * MAX_BYTES + valid
+    assert read_pattern_event(None, big, "clicks", SPEC, FIELDS, SIZES) == Rejection(
+        f"oversize record: {len(big)} bytes > {MAX_BYTES}"
+    )
+    assert isinstance(
+        read_pattern_event(b"k" * 1024, valid, "c", SPEC, FIELDS, SIZES), PatternEvent
+    )
+
+
 def test_an_event_far_ahead_of_its_records_timestamp_is_refused_by_the_clock_guard() -> None:
     raw = json.dumps({"ts": "2024-02-09 21:00:00", "click": 1}).encode()
     at_ms = 1707512400000  # 2024-02-09 21:00:00 UTC
     for record_ms, refused in [(at_ms - 60_000, False), (at_ms - 60_001, True)]:
-        got = read_pattern_event(raw, "clicks", SPEC, FIELDS, MAX_BYTES, (record_ms, 60_000_000))
+        got = read_pattern_event(b"k", raw, "clicks", SPEC, FIELDS, SIZES, (record_ms, 60_000_000))
         assert isinstance(got, Rejection) == refused
         if refused:
             assert isinstance(got, Rejection)
