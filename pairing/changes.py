@@ -30,17 +30,18 @@ def parse_change(raw: bytes | None, max_bytes: int) -> Event | Rejection:
     if isinstance(doc, Rejection):
         return doc
     op = doc.get("op")
-    if op in NEW_ROW:
+    kind = op if isinstance(op, str) else None  # a list or an object is no op (nor hashable)
+    if kind in NEW_ROW:
         row = doc.get("after")
         if not isinstance(row, dict):
             return Rejection(f"change {op!r} without its row: 'after' is {excerpt(row)}")
         return event_of_row(row)
-    if op in CHANGED_ROW:
+    if kind in CHANGED_ROW:
         row = doc.get("before") or doc.get("after")
         row_id = row.get("id") if isinstance(row, dict) else None
         named = f"of events row {excerpt(row_id)}" if row_id is not None else "of the events table"
         return Rejection(
-            f"{CHANGED_ROW[op]} {named}: an event is immutable, the row as inserted stands"
+            f"{CHANGED_ROW[kind]} {named}: an event is immutable, the row as inserted stands"
         )
     if "op" not in doc:
         return Rejection("missing field 'op': not a Debezium change record")

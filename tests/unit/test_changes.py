@@ -77,6 +77,8 @@ def test_a_malformed_change_is_refused_with_its_reason() -> None:
     cases = {
         b'{"after": {}}': "missing field 'op': not a Debezium change record",
         change("x", after=ROW): "unknown op 'x': expected 'c', 'r', 'u', 'd' or 't'",
+        b'{"op": ["c"]}': "unknown op ['c']: expected 'c', 'r', 'u', 'd' or 't'",
+        b'{"op": {"c": 1}}': "unknown op {'c': 1}: expected 'c', 'r', 'u', 'd' or 't'",
         change("c"): "change 'c' without its row: 'after' is None",
         change("c", after={**ROW, "type": "C"}): "column 'type' is 'C': expected 'A' or 'B'",
         change("c", after={**ROW, "ts": "now"}): "column 'ts': unparseable timestamp 'now'",
