@@ -5,9 +5,12 @@ is their naive model, and the property tests hold this engine to it.
 
 `add` buffers an event; `advance` takes the watermark and processes, in position order
 (time, then identity), every buffered event at or before it, deciding what that makes
-final. So the matches depend on the key's events only, never on their arrival order or
-on how the input was partitioned, provided every event at or before a watermark is
-added before `advance` is called with it (which is what a watermark promises).
+final. `advance` is `decide` over one key's own state; a partition
+(pairing/pattern_partition.py) calls `decide` for each pattern of a key field over the
+events they share, and files the key by each one's `deadline`. So the matches depend
+on the key's events only, never on their arrival order or on how the input was
+partitioned, provided every event at or before a watermark is added before `advance`
+is called with it (which is what a watermark promises).
 
 Per event, every partial match either ignores it or takes it into a step that can
 (the same step again, or a later one past steps that can take nothing); a new partial
@@ -65,25 +68,6 @@ class PatternEngine:
     def key_of(self, event: PatternEvent) -> str | None:
         """The key this pattern files `event` under; None: not matched by this pattern."""
         return key_text(event.fields.get(self.pattern.key))
-
-    def start(self, key: str, watermark: int | None) -> PatternState:
-        """The state of a key not seen yet (or forgotten, being `idle`), at the current
-        watermark, so that `add` can tell a late event."""
-        return PatternState(key, watermark, None, (), ())
-
-    def idle(self, state: PatternState) -> bool:
-        """Nothing buffered and no partial match: the caller may forget the key."""
-        return not state.buffer and not state.partials
-
-    def wake_at(self, state: PatternState) -> int | None:
-        """The least watermark at which `advance` has anything to do for this key: its
-        first buffered event, or the end of a partial's window. Below it, `advance`
-        only records the watermark (and a caller that skips it checks lateness itself)."""
-        deadline = self.deadline(state.partials)
-        if not state.buffer:
-            return deadline
-        first = state.buffer[0].time
-        return first if deadline is None else min(first, deadline)
 
     def deadline(self, partials: tuple[Partial, ...]) -> int | None:
         """The end of the first window of `partials` to close (in order of `taken`, as

@@ -463,7 +463,7 @@ def two_steps(skip: str = "past_last_event", **second: Any) -> Pattern:
 
 def test_an_event_at_or_before_the_keys_watermark_is_late_and_a_copy_a_duplicate() -> None:
     engine = PatternEngine(two_steps())
-    state = engine.start("1", 10 * S)
+    state = PatternState("1", 10 * S, None, (), ())
     late = event(10, "x", account=1, type="A")
     assert engine.add(state, late) == Refused(late, "late")
     on_time = event(11, "x", account=1, type="A")
@@ -482,19 +482,19 @@ def test_an_event_at_or_before_the_keys_watermark_is_late_and_a_copy_a_duplicate
 
 def test_partials_expire_with_their_window_and_the_key_goes_idle() -> None:
     engine = PatternEngine(two_steps())
-    state = engine.add(engine.start("1", None), event(0, "a", account="1", type="A"))
+    state = engine.add(PatternState("1", None, None, (), ()), event(0, "a", account="1", type="A"))
     assert isinstance(state, PatternState)
     held = engine.advance(state, 30 * S).state
-    assert len(held.partials) == 1 and engine.wake_at(held) == 60 * S
+    assert len(held.partials) == 1 and engine.deadline(held.partials) == 60 * S
     assert engine.advance(held, 60 * S - 1).state.partials == held.partials
     gone = engine.advance(held, 60 * S).state
-    assert engine.idle(gone) and engine.wake_at(gone) is None
+    assert not gone.buffer and not gone.partials and engine.deadline(gone.partials) is None
 
 
 def test_the_cap_drops_the_oldest_partials_and_counts_them() -> None:
     # Without the skip, every A waits for a B: a partial each, and the cap is 3.
     engine = PatternEngine(two_steps("no_skip"), max_partials=3)
-    state = engine.start("1", None)
+    state = PatternState("1", None, None, (), ())
     for n in range(5):
         added = engine.add(state, event(n, f"a{n}", account="1", type="A"))
         assert isinstance(added, PatternState)
